@@ -1,0 +1,9 @@
+"""spectral_jax: efficient self-attention for JAX and Flax.
+
+The attention methods are pure functions in :mod:`spectral_jax.attention`; Flax NNX
+modules are in :mod:`spectral_jax.nn`, Linen wrappers in :mod:`spectral_jax.linen`,
+LRA data in :mod:`spectral_jax.data`, training in :mod:`spectral_jax.train` and
+benchmarks in :mod:`spectral_jax.bench`.
+"""
+
+__version__ = "0.1.0"
