@@ -1,0 +1,47 @@
+"""Attention methods as pure JAX functions, in ``jax.nn.dot_product_attention``'s layout.
+
+Every function takes ``(query, key, value, bias=None, mask=None, *, scale=None,
+is_causal=False, <method parameters>)`` with arrays shaped ``(batch..., length, heads,
+head_dim)`` and plugs into Flax's ``attention_fn``. Pick one by name with
+:func:`get_attention`.
+"""
+
+from spectral_jax.attention._landmarks import segment_means
+from spectral_jax.attention._linear import linear_attention
+from spectral_jax.attention._linformer import linformer_attention
+from spectral_jax.attention._nystrom import nystrom_attention
+from spectral_jax.attention._performer import orthogonal_random_features, performer_attention
+from spectral_jax.attention._pinv import iterative_pinv
+from spectral_jax.attention._registry import (
+    ATTENTIONS,
+    AttentionSpec,
+    available_attentions,
+    get_attention,
+    get_attention_spec,
+)
+from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
+from spectral_jax.attention._softmax import reference_attention, softmax_attention
+from spectral_jax.attention._spectral_shift import spectral_shift_attention, spectral_shift_delta
+from spectral_jax.attention._symmetric import symmetric_spectral_shift_attention
+
+__all__ = [
+    "ATTENTIONS",
+    "AttentionSpec",
+    "available_attentions",
+    "get_attention",
+    "get_attention_spec",
+    "iterative_pinv",
+    "kernelized_attention",
+    "linear_attention",
+    "linformer_attention",
+    "nystrom_attention",
+    "orthogonal_random_features",
+    "performer_attention",
+    "reference_attention",
+    "segment_means",
+    "skyformer_attention",
+    "softmax_attention",
+    "spectral_shift_attention",
+    "spectral_shift_delta",
+    "symmetric_spectral_shift_attention",
+]

@@ -1,0 +1,152 @@
+"""Linear attention with positive feature maps (Katharopoulos et al. 2020), bidirectional and causal."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import _common
+
+Array = jax.Array
+
+FEATURE_MAPS = {
+    "elu": lambda x: jax.nn.elu(x) + 1.0,
+    "relu": jax.nn.relu,
+}
+
+
+def feature_attention(
+    phi_q: Array, phi_k: Array, v: Array, *, is_causal: bool, chunk_size: int, eps: float
+) -> Array:
+    """φ(Q)(φ(K)ᵀV) / (φ(Q)φ(K)ᵀ1 + eps) for one head, features already masked.
+
+    The causal form runs a ``lax.scan`` over chunks of ``chunk_size`` tokens: inside a chunk
+    it uses the (chunk × chunk) lower-triangular product, across chunks it carries the
+    prefix sums Σφ(k)vᵀ (r × d_v) and Σφ(k) (r). Memory is O(n·chunk + (n/chunk)·r·d_v) for
+    the backward pass, never the O(n·r·d_v) of a full cumulative sum.
+
+    Args:
+      phi_q: ``(n, r)`` non-negative query features; phi_k ``(n_k, r)``; v ``(n_k, d_v)``.
+
+    Returns:
+      ``(n, d_v)``.
+    """
+    if not is_causal:
+        num = phi_q @ (phi_k.T @ v)
+        den = phi_q @ phi_k.sum(0)
+        return num / (den + eps)[:, None]
+    n, r = phi_q.shape
+    c = min(chunk_size, n)
+    pad = (-n) % c
+    pq, pk, pv = (jnp.pad(x, ((0, pad), (0, 0))) for x in (phi_q, phi_k, v))
+    nc = (n + pad) // c
+    pq, pk, pv = pq.reshape(nc, c, r), pk.reshape(nc, c, r), pv.reshape(nc, c, -1)
+    tril = jnp.tril(jnp.ones((c, c), phi_q.dtype))
+
+    def step(carry, chunk):
+        state, norm = carry
+        cq, ck, cv = chunk
+        local = (cq @ ck.T) * tril
+        num = cq @ state + local @ cv
+        den = cq @ norm + local.sum(-1)
+        return (state + ck.T @ cv, norm + ck.sum(0)), num / (den + eps)[:, None]
+
+    init = (jnp.zeros((r, v.shape[-1]), v.dtype), jnp.zeros((r,), v.dtype))
+    _, out = jax.lax.scan(step, init, (pq, pk, pv))
+    return out.reshape(nc * c, -1)[:n]
+
+
+def _linear_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
+    feature_map: str, is_causal: bool, chunk_size: int, eps: float,
+) -> Array:
+    ct = _common.compute_dtype(q.dtype)
+    phi = FEATURE_MAPS[feature_map]
+    phi_q = phi(q.astype(ct))
+    phi_k = jnp.where(k_valid[:, None], phi(k.astype(ct)), 0.0)
+    v = jnp.where(k_valid[:, None], v.astype(ct), 0.0)
+    out = feature_attention(phi_q, phi_k, v, is_causal=is_causal, chunk_size=chunk_size, eps=eps)
+    return jnp.where(q_valid[:, None], out, 0.0)
+
+
+def linear_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    feature_map: str = "elu",
+    eps: float = 1e-6,
+    chunk_size: int = 128,
+    **flax_kwargs: Any,
+) -> Array:
+    """Linear attention: y_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + eps), φ = elu + 1.
+
+    O(n·d·d_v) time. There is no 1/sqrt(d) logit scale in this method, so ``scale`` must be
+    None. Padded keys are removed by zeroing their features; padded queries give zero rows;
+    a query with no valid key gives 0/(0 + eps) = 0. With ``is_causal=True`` key j only
+    reaches queries i ≥ j, by a chunked scan (see :func:`feature_attention`); q_len must
+    equal kv_len then.
+
+    Args:
+      query: float ``(batch..., q_len, heads, head_dim)``.
+      key: float ``(batch..., kv_len, heads, head_dim)``.
+      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      bias: must be None.
+      mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
+      scale: must be None (the feature map replaces the softmax scale).
+      is_causal: causal (autoregressive) form.
+      feature_map: ``"elu"`` (elu(x) + 1, the paper's) or ``"relu"``.
+      eps: added to the normaliser (1e-6 as in fast-transformers).
+      chunk_size: tokens per chunk of the causal scan.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+
+    Returns:
+      ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype (float32 sums inside).
+
+    Raises:
+      ValueError: bad shapes, ``bias``, ``scale`` given, unknown ``feature_map``, non-positive
+        ``chunk_size``, causal with q_len != kv_len, non-padding mask.
+
+    References:
+      Katharopoulos et al. 2020, "Transformers are RNNs", ICML, eq. (6)-(9); code
+      idiap/fast-transformers ``LinearAttention``, ``CausalLinearAttention``.
+
+    Example:
+      >>> import jax
+      >>> from spectral_jax.attention import linear_attention
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
+      >>> linear_attention(q, k, v, is_causal=True).shape
+      (2, 100, 4, 16)
+    """
+    method = "linear_attention"
+    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_qkv(method, query, key, value)
+    _common.reject_bias(method, bias)
+    _common.check_choice(method, "feature_map", feature_map, tuple(FEATURE_MAPS))
+    _common.check_positive_int(method, "chunk_size", chunk_size)
+    if scale is not None:
+        raise ValueError(
+            f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
+        )
+    check_causal_lengths(method, is_causal, query, key)
+    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    head = functools.partial(
+        _linear_head, feature_map=feature_map, is_causal=is_causal, chunk_size=chunk_size,
+        eps=float(eps),
+    )
+    return _common.lift(head, query, key, value, q_valid, k_valid).astype(query.dtype)
+
+
+def check_causal_lengths(method: str, is_causal: bool, query: Array, key: Array) -> None:
+    if is_causal and query.shape[-3] != key.shape[-3]:
+        raise ValueError(
+            f"{method}(): is_causal=True needs q_len == kv_len; got {query.shape[-3]} and "
+            f"{key.shape[-3]}."
+        )

@@ -1,0 +1,118 @@
+"""Linformer: softmax attention over keys and values projected along the sequence axis."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import _common
+
+Array = jax.Array
+
+
+def _linformer_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array,
+    e: Array, f: Array, *, scale: float,
+) -> Array:
+    ct = _common.compute_dtype(q.dtype)
+    n = k.shape[0]
+    # Padded rows are zeroed before projecting: otherwise padding leaks into every
+    # compressed key and value. Inputs shorter than max_length use the first n columns.
+    k = jnp.where(k_valid[:, None], k.astype(ct), 0.0)
+    v = jnp.where(k_valid[:, None], v.astype(ct), 0.0)
+    pk = e[:, :n].astype(ct) @ k  # (proj_len, d)
+    pv = f[:, :n].astype(ct) @ v
+    weights = jax.nn.softmax((q.astype(ct) * scale) @ pk.T, axis=-1)
+    out = weights @ pv
+    return jnp.where(q_valid[:, None] & k_valid.any(), out, 0.0)
+
+
+def linformer_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    key_projection: Array | None = None,
+    value_projection: Array | None = None,
+    **flax_kwargs: Any,
+) -> Array:
+    """Linformer attention: softmax(Q (E K)ᵀ · scale) (F V), with E, F of shape (k, max_length).
+
+    Keys and values are compressed along the sequence axis to ``proj_len`` rows by learned
+    projections (owned by :class:`spectral_jax.nn.MultiHeadAttention`). Padded keys and
+    values are zeroed before projecting, and a sequence of length n < max_length uses the
+    first n columns. Padded queries and queries with no valid key give zero rows.
+
+    Args:
+      query: float ``(batch..., q_len, heads, head_dim)``.
+      key: float ``(batch..., kv_len, heads, head_dim)``.
+      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      bias: must be None.
+      mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
+      scale: logit scale, default ``1/sqrt(head_dim)``.
+      is_causal: must be False.
+      key_projection: E, float ``(proj_len, max_length)`` shared by heads, or
+        ``(heads, proj_len, max_length)`` per head. Required.
+      value_projection: F, same shape as E; None shares E (Linformer's key-value sharing).
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+
+    Returns:
+      ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
+
+    Raises:
+      ValueError: bad shapes, ``bias``, missing or mis-shaped projections, or kv_len longer
+        than the projections' max_length.
+      NotImplementedError: ``is_causal=True``.
+
+    References:
+      Wang et al. 2020, "Linformer: Self-Attention with Linear Complexity", arXiv:2006.04768,
+      eq. (7) and §4 (parameter sharing); fairseq ``MultiheadLinearAttention``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from spectral_jax.attention import linformer_attention
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
+      >>> e = jax.random.normal(jax.random.key(1), (32, 128)) / 128**0.5
+      >>> linformer_attention(q, k, v, key_projection=e).shape
+      (2, 100, 4, 16)
+    """
+    method = "linformer_attention"
+    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_qkv(method, query, key, value)
+    _common.reject_bias(method, bias)
+    _common.reject_causal(method, is_causal)
+    heads, kv_len = query.shape[-2], key.shape[-3]
+    if value_projection is None:
+        value_projection = key_projection
+    for name, p in (("key_projection", key_projection), ("value_projection", value_projection)):
+        if p is None or getattr(p, "ndim", 0) not in (2, 3) or (p.ndim == 3 and p.shape[0] != heads):
+            raise ValueError(
+                f"{method}(): `{name}` must be (proj_len, max_length) or (heads={heads}, "
+                f"proj_len, max_length); got {getattr(p, 'shape', p)!r}."
+            )
+        if p.shape[-1] < kv_len:
+            raise ValueError(
+                f"{method}(): the sequence has kv_len={kv_len} tokens but `{name}` covers "
+                f"max_length={p.shape[-1]}; use inputs of at most max_length tokens."
+            )
+    if key_projection.shape[-2:] != value_projection.shape[-2:]:
+        raise ValueError(
+            f"{method}(): key_projection {key_projection.shape} and value_projection "
+            f"{value_projection.shape} differ in (proj_len, max_length)."
+        )
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    b = q_valid.shape[0]
+    per_head = lambda p: jnp.broadcast_to(p, (b, heads, *p.shape[-2:]))  # noqa: E731
+    head = functools.partial(_linformer_head, scale=scale)
+    return _common.lift(
+        head, query, key, value, q_valid, k_valid, per_head(key_projection),
+        per_head(value_projection),
+    ).astype(query.dtype)

@@ -1,0 +1,149 @@
+"""Nyströmformer: softmax attention through segment-means landmarks and an iterative pseudo-inverse."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import _common, _softmax
+from spectral_jax.attention._landmarks import segment_means
+from spectral_jax.attention._pinv import PINV_INITS, iterative_pinv
+
+Array = jax.Array
+
+
+class LandmarkKernels(NamedTuple):
+    """The three softmax kernels of one head (Xiong et al. 2021, eq. 14)."""
+
+    f: Array  # (n, m) softmax(Q K̃ᵀ): queries against key landmarks
+    a: Array  # (m, m) softmax(Q̃ K̃ᵀ): landmarks against landmarks
+    b: Array  # (m, n) softmax(Q̃ Kᵀ): query landmarks against keys
+    key_landmark_valid: Array  # (m,) bool
+    key_landmarks: Array  # (m, d)
+
+
+def landmark_kernels(
+    q: Array, k: Array, q_valid: Array, k_valid: Array, num_landmarks: int
+) -> LandmarkKernels:
+    """Builds F, A, B for one head from already-scaled queries; padding never enters.
+
+    Empty landmarks (fewer valid tokens than landmarks) are masked as keys and zeroed as
+    queries, which leaves zero rows/columns that the pseudo-inverse iteration keeps at zero.
+    """
+    q_lm, q_lm_valid = segment_means(q, q_valid, num_landmarks)
+    k_lm, k_lm_valid = segment_means(k, k_valid, num_landmarks)
+    f = _common.masked_softmax(q @ k_lm.T, k_lm_valid[None, :])
+    a = _common.masked_softmax(q_lm @ k_lm.T, k_lm_valid[None, :]) * q_lm_valid[:, None]
+    b = _common.masked_softmax(q_lm @ k.T, k_valid[None, :]) * q_lm_valid[:, None]
+    return LandmarkKernels(f, a, b, k_lm_valid, k_lm)
+
+
+def check_landmark_args(
+    method: str, num_landmarks: Any, pinv_iterations: Any, pinv_init: Any
+) -> None:
+    _common.check_positive_int(method, "num_landmarks", num_landmarks)
+    if pinv_iterations is not None and (
+        isinstance(pinv_iterations, bool) or not isinstance(pinv_iterations, int)
+        or pinv_iterations < 0
+    ):
+        raise ValueError(
+            f"{method}(): `pinv_iterations` must be a non-negative int, or None for an exact "
+            f"pseudo-inverse; got {pinv_iterations!r}."
+        )
+    _common.check_choice(method, "pinv_init", pinv_init, PINV_INITS)
+
+
+def _nystrom_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
+    scale: float, num_landmarks: int, pinv_iterations: int | None, pinv_init: str,
+) -> Array:
+    ct = _common.compute_dtype(q.dtype)
+    q, k, v = q.astype(ct) * scale, k.astype(ct), v.astype(ct)
+    kern = landmark_kernels(q, k, q_valid, k_valid, num_landmarks)
+    z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
+    # Right-to-left keeps every product O(n m d): never form the n x n matrix.
+    out = kern.f @ (z @ (kern.b @ v))
+    return jnp.where(q_valid[:, None], out, 0.0)
+
+
+def nystrom_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    num_landmarks: int = 64,
+    pinv_iterations: int | None = 6,
+    pinv_init: str = "per_matrix",
+    **flax_kwargs: Any,
+) -> Array:
+    """Nyströmformer attention: softmax(QK̃ᵀ) · A⁺ · softmax(Q̃Kᵀ) · V in O(n·m) time and memory.
+
+    Landmarks Q̃, K̃ are the means of ``num_landmarks`` contiguous segments of the *valid*
+    tokens (see :func:`segment_means`), so any length works and padding never changes the
+    valid outputs. A⁺ is approximated by ``pinv_iterations`` steps of :func:`iterative_pinv`.
+    When ``num_landmarks >= max(q_len, kv_len)`` every token would be its own landmark and the
+    exact :func:`softmax_attention` is returned instead, as the reference code does. The
+    depthwise-convolution skip on V has parameters and lives in
+    :class:`spectral_jax.nn.MultiHeadAttention`.
+
+    Masks: ``mask`` must be a padding mask (``q_valid[:, None] & k_valid[None, :]``, as from
+    ``flax.nnx.make_attention_mask``); it is reduced to per-(batch, head) key padding
+    (``any`` over queries) and query padding (``any`` over keys). Padded keys get zero weight,
+    padded queries give zero rows, and a query with no valid key gives zeros.
+
+    Args:
+      query: float ``(batch..., q_len, heads, head_dim)`` (bf16 in, bf16 out; kernels,
+        normalisers and landmark means in float32).
+      key: float ``(batch..., kv_len, heads, head_dim)``.
+      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      bias: must be None (no additive bias without the full logit matrix).
+      mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
+      scale: logit scale, default ``1/sqrt(head_dim)``.
+      is_causal: must be False (landmarks mix future tokens).
+      num_landmarks: m, the number of segment-means landmarks (reference codes: 32-256).
+      pinv_iterations: iterations of the pseudo-inverse (6 in the paper); None = exact pinv.
+      pinv_init: ``"per_matrix"`` (default) or ``"global"``, see :func:`iterative_pinv`.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+
+    Returns:
+      ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
+
+    Raises:
+      ValueError: bad shapes, ``bias`` given, non-positive ``num_landmarks``, a bad
+        ``pinv_iterations``/``pinv_init``, or a mask that is not a padding mask.
+      NotImplementedError: ``is_causal=True``.
+      TypeError: non-float inputs, non-bool mask, unknown keywords.
+
+    References:
+      Xiong et al. 2021, "Nyströmformer: A Nyström-based Algorithm for Approximating
+      Self-Attention", AAAI, eq. (14)-(15) and §3.3; reference code mlpen/Nystromformer.
+
+    Example:
+      >>> import jax
+      >>> from spectral_jax.attention import nystrom_attention
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 256, 4, 32))
+      >>> nystrom_attention(q, k, v, num_landmarks=16).shape
+      (2, 256, 4, 32)
+    """
+    method = "nystrom_attention"
+    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_qkv(method, query, key, value)
+    _common.reject_bias(method, bias)
+    _common.reject_causal(method, is_causal)
+    check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    if num_landmarks >= max(query.shape[-3], key.shape[-3]):
+        return _softmax.softmax_attention(query, key, value, mask=mask, scale=scale)
+    head = functools.partial(
+        _nystrom_head, scale=scale, num_landmarks=num_landmarks,
+        pinv_iterations=pinv_iterations, pinv_init=pinv_init,
+    )
+    return _common.lift(head, query, key, value, q_valid, k_valid).astype(query.dtype)

@@ -1,0 +1,174 @@
+"""Performer (FAVOR+): positive orthogonal random features for the softmax kernel."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import _common
+from spectral_jax.attention._linear import check_causal_lengths, feature_attention
+
+Array = jax.Array
+
+
+def orthogonal_random_features(
+    rng: Array, num_features: int, head_dim: int, *, scaling: str = "chi",
+    dtype: Any = jnp.float32,
+) -> Array:
+    """Gaussian orthogonal random features ω_1..ω_r for FAVOR+.
+
+    Stacks ⌈r/d⌉ independent d×d blocks, each the orthogonal factor of a QR decomposition
+    of a Gaussian matrix, so features inside a block are exactly orthogonal. Rows are then
+    rescaled so their norms match Gaussian vectors: ``"chi"`` draws the norms from the χ_d
+    distribution (unbiased, the paper's default), ``"sqrt_d"`` sets every norm to √d.
+
+    Args:
+      rng: a ``jax.random`` key.
+      num_features: r ≥ 1.
+      head_dim: d ≥ 1.
+      scaling: ``"chi"`` or ``"sqrt_d"``.
+      dtype: float dtype of the result.
+
+    Returns:
+      ``(num_features, head_dim)`` array of ``dtype``.
+
+    Raises:
+      ValueError: non-positive sizes or unknown ``scaling``.
+
+    References:
+      Choromanski et al. 2021, "Rethinking Attention with Performers", ICLR, §2.4 (ORF);
+      google-research ``performer/fast_attention/jax/fast_attention.py``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from spectral_jax.attention import orthogonal_random_features
+      >>> w = orthogonal_random_features(jax.random.key(0), 8, 8, scaling="sqrt_d")
+      >>> bool(jnp.allclose(w @ w.T, 8 * jnp.eye(8), atol=1e-4))
+      True
+    """
+    method = "orthogonal_random_features"
+    _common.check_positive_int(method, "num_features", num_features)
+    _common.check_positive_int(method, "head_dim", head_dim)
+    _common.check_choice(method, "scaling", scaling, ("chi", "sqrt_d"))
+    num_blocks = math.ceil(num_features / head_dim)
+    block_rng, norm_rng = jax.random.split(rng)
+    gaussian = jax.random.normal(block_rng, (num_blocks, head_dim, head_dim), jnp.float32)
+    blocks = jnp.linalg.qr(gaussian)[0]  # columns orthonormal
+    w = jnp.swapaxes(blocks, -1, -2).reshape(-1, head_dim)[:num_features]
+    if scaling == "chi":
+        norms = jnp.linalg.norm(jax.random.normal(norm_rng, (num_features, head_dim)), axis=-1)
+    else:
+        norms = jnp.full((num_features,), math.sqrt(head_dim))
+    return (w * norms[:, None]).astype(dtype)
+
+
+def _performer_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
+    projection: Array, scale: float, is_causal: bool, eps: float, chunk_size: int,
+) -> Array:
+    ct = _common.compute_dtype(q.dtype)
+    root = scale**0.5
+    q, k, v = q.astype(ct) * root, k.astype(ct) * root, v.astype(ct)
+    w = projection.astype(ct)
+    q_logits = q @ w.T - 0.5 * jnp.sum(q * q, -1, keepdims=True)
+    k_logits = k @ w.T - 0.5 * jnp.sum(k * k, -1, keepdims=True)
+    # Stabilisers cancel between numerator and denominator (up to eps): per query row, and
+    # one for all valid keys of this (batch, head), so padding never sets the scale.
+    q_stab = jax.lax.stop_gradient(q_logits.max(-1, keepdims=True))
+    k_max = jnp.max(jnp.where(k_valid[:, None], k_logits, -jnp.inf))
+    k_stab = jax.lax.stop_gradient(jnp.where(jnp.isfinite(k_max), k_max, 0.0))
+    # In the causal form eps would make early outputs depend on later keys through the
+    # shared key stabiliser, so it is dropped there (the scan's own eps guards 0/0).
+    feat_eps = 0.0 if is_causal else eps
+    inv_sqrt_r = 1.0 / math.sqrt(w.shape[0])
+    phi_q = (jnp.exp(q_logits - q_stab) + feat_eps) * inv_sqrt_r
+    phi_k = (jnp.exp(jnp.where(k_valid[:, None], k_logits, k_stab) - k_stab) + feat_eps) * inv_sqrt_r
+    phi_k = jnp.where(k_valid[:, None], phi_k, 0.0)
+    v = jnp.where(k_valid[:, None], v, 0.0)
+    out = feature_attention(phi_q, phi_k, v, is_causal=is_causal, chunk_size=chunk_size, eps=1e-30)
+    # A query with no valid key: numerator and denominator are both 0.
+    return jnp.where(q_valid[:, None] & k_valid.any(), out, 0.0)
+
+
+def performer_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    projection: Array | None = None,
+    eps: float = 1e-6,
+    chunk_size: int = 128,
+    **flax_kwargs: Any,
+) -> Array:
+    """Performer (FAVOR+) attention with positive random features, unbiased for softmax.
+
+    φ(x) = (exp(Wx̂ − ‖x̂‖²/2 − s) + eps)/√r with x̂ = x·scale^{1/2}, so E[φ(q)ᵀφ(k)] ∝
+    exp(q·k·scale); out = φ(Q)(φ(K)ᵀV) / φ(Q)φ(K)ᵀ1. Stabilisers s: per query row, and per
+    (batch, head) over valid keys. The projection W is an explicit argument (draw it with
+    :func:`orthogonal_random_features`); nothing is seeded from data, and the Flax module
+    stores and redraws it. Padded keys are removed; a query with no valid key gives zeros.
+    ``is_causal=True`` uses the chunked prefix-sum scan of :func:`feature_attention`.
+
+    Args:
+      query: float ``(batch..., q_len, heads, head_dim)``.
+      key: float ``(batch..., kv_len, heads, head_dim)``.
+      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      bias: must be None.
+      mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
+      scale: logit scale, default ``1/sqrt(head_dim)``.
+      is_causal: causal form (eps is then not added to the features).
+      projection: float ``(num_features, head_dim)``, required.
+      eps: feature stabiliser (1e-6 as in the JAX reference).
+      chunk_size: tokens per chunk of the causal scan.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+
+    Returns:
+      ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
+
+    Raises:
+      ValueError: bad shapes, ``bias``, missing projection or one whose last dim is not
+        head_dim, causal with q_len != kv_len, non-padding mask.
+
+    References:
+      Choromanski et al. 2021, "Rethinking Attention with Performers", ICLR, Lemma 1 and
+      §2.4 (FAVOR+); google-research ``performer/fast_attention/jax/fast_attention.py``.
+
+    Example:
+      >>> import jax
+      >>> from spectral_jax.attention import performer_attention, orthogonal_random_features
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
+      >>> w = orthogonal_random_features(jax.random.key(1), 64, 16)
+      >>> performer_attention(q, k, v, projection=w).shape
+      (2, 100, 4, 16)
+    """
+    method = "performer_attention"
+    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_qkv(method, query, key, value)
+    _common.reject_bias(method, bias)
+    _common.check_positive_int(method, "chunk_size", chunk_size)
+    if projection is None or getattr(projection, "ndim", 0) != 2:
+        raise ValueError(
+            f"{method}(): `projection` must be a (num_features, head_dim) array, e.g. from "
+            f"orthogonal_random_features(rng, 256, head_dim); got {getattr(projection, 'shape', projection)!r}."
+        )
+    if projection.shape[-1] != query.shape[-1]:
+        raise ValueError(
+            f"{method}(): `projection` has {projection.shape[-1]} columns but head_dim is "
+            f"{query.shape[-1]}; it must be (num_features, head_dim)."
+        )
+    check_causal_lengths(method, is_causal, query, key)
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    head = functools.partial(
+        _performer_head, projection=projection, scale=scale, is_causal=is_causal,
+        eps=float(eps), chunk_size=chunk_size,
+    )
+    return _common.lift(head, query, key, value, q_valid, k_valid).astype(query.dtype)

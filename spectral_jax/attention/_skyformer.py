@@ -1,0 +1,216 @@
+"""Skyformer: Gaussian-kernel attention and its symmetrised Nyström approximation."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import _common
+from spectral_jax.attention._landmarks import evenly_spaced_positions, random_positions
+from spectral_jax.attention._nystrom import check_landmark_args
+from spectral_jax.attention._pinv import iterative_pinv
+
+Array = jax.Array
+
+
+def gaussian_kernel(x: Array, y: Array) -> Array:
+    """exp(−‖x_i − y_j‖²/2) for rows of ``x (n, d)`` and ``y (m, d)``; float ``(n, m)``."""
+    sq = jnp.sum(x * x, -1)[:, None] + jnp.sum(y * y, -1)[None, :] - 2.0 * (x @ y.T)
+    return jnp.exp(-0.5 * jnp.maximum(sq, 0.0))
+
+
+def _kernelized_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *, scale: float
+) -> Array:
+    ct = _common.compute_dtype(q.dtype)
+    # Scaling both sides by sqrt(scale) = d^{-1/4} keeps q·k·scale, as in Skyformer's code.
+    root = scale**0.5
+    q, k, v = q.astype(ct) * root, k.astype(ct) * root, v.astype(ct)
+    weights = gaussian_kernel(q, k) * k_valid[None, :]
+    return jnp.where(q_valid[:, None], weights @ v, 0.0)
+
+
+def kernelized_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    **flax_kwargs: Any,
+) -> Array:
+    """Exact Gaussian-kernel attention κ(Q·c, K·c)·V with c = scale^{1/2}, in O(n²).
+
+    κ(x, y) = exp(−‖x − y‖²/2) = exp(x·y)·exp(−‖x‖²/2)·exp(−‖y‖²/2): softmax's kernel with a
+    symmetric diagonal normalisation instead of row sums, so rows do not sum to one. This is
+    what :func:`skyformer_attention` approximates. Padded keys get weight 0 and padded
+    queries give zero rows.
+
+    Args:
+      query: float ``(batch..., q_len, heads, head_dim)``.
+      key: float ``(batch..., kv_len, heads, head_dim)``.
+      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      bias: must be None.
+      mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
+      scale: default ``1/sqrt(head_dim)`` (so c = head_dim^{-1/4}).
+      is_causal: must be False.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+
+    Returns:
+      ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
+
+    Raises:
+      ValueError: bad shapes, ``bias`` given, a non-padding mask.
+      NotImplementedError: ``is_causal=True``.
+
+    References:
+      Chen et al. 2021, "Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström
+      Method", NeurIPS, §4.1; code pkuzengqi/Skyformer ``SoftmaxAttention_RBF``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from spectral_jax.attention import kernelized_attention
+      >>> q = k = v = jnp.ones((1, 4, 1, 2))
+      >>> float(kernelized_attention(q, k, v)[0, 0, 0, 0])  # 4 keys at distance 0, weight 1
+      4.0
+    """
+    method = "kernelized_attention"
+    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_qkv(method, query, key, value)
+    _common.reject_bias(method, bias)
+    _common.reject_causal(method, is_causal)
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    head = functools.partial(_kernelized_head, scale=scale)
+    return _common.lift(head, query, key, value, q_valid, k_valid).astype(query.dtype)
+
+
+def _skyformer_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, rng: Array | None = None, *,
+    scale: float, num_landmarks: int, ridge: float, pinv_iterations: int | None,
+) -> Array:
+    ct = _common.compute_dtype(q.dtype)
+    root = scale**0.5
+    q = jnp.where(q_valid[:, None], q.astype(ct) * root, 0.0)
+    k = jnp.where(k_valid[:, None], k.astype(ct) * root, 0.0)
+    v = v.astype(ct)
+    # Landmarks are rows of [Q; K]: half from the queries, half from the keys, valid only.
+    m_q, m_k = (num_landmarks + 1) // 2, num_landmarks // 2
+    if rng is None:
+        pos_q, pos_k = evenly_spaced_positions(q_valid, m_q), evenly_spaced_positions(k_valid, m_k)
+    else:
+        rng_q, rng_k = jax.random.split(rng)
+        pos_q, pos_k = random_positions(rng_q, q_valid, m_q), random_positions(rng_k, k_valid, m_k)
+    landmarks = jnp.concatenate([q[pos_q], k[pos_k]])
+    lm_valid = jnp.concatenate([q_valid[pos_q], k_valid[pos_k]])
+    q_s = gaussian_kernel(q, landmarks) * lm_valid[None, :]  # (n, m)
+    k_s = gaussian_kernel(k, landmarks) * (lm_valid[None, :] & k_valid[:, None])
+    pair = lm_valid[:, None] & lm_valid[None, :]
+    eye = jnp.eye(num_landmarks, dtype=ct)
+    # Invalid landmarks get an identity row/column so they decouple from the valid block.
+    inner = jnp.where(pair, gaussian_kernel(landmarks, landmarks), 0.0) + ridge * eye
+    inner = jnp.where(lm_valid[:, None] | lm_valid[None, :], inner, eye)
+    # D^{-1/2}(M + γI)D^{-1/2} has spectrum in (0, 1] (Skyformer Lemma 3), so the iteration
+    # converges; the D^{-1/2} factors are undone afterwards.
+    d_inv_sqrt = jax.lax.rsqrt(inner.sum(-1))
+    z = iterative_pinv(d_inv_sqrt[:, None] * inner * d_inv_sqrt[None, :], pinv_iterations)
+    z = d_inv_sqrt[:, None] * z * d_inv_sqrt[None, :]
+    out = q_s @ (z @ (k_s.T @ v))
+    return jnp.where(q_valid[:, None], out, 0.0)
+
+
+def skyformer_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    num_landmarks: int = 128,
+    rng: Array | None = None,
+    ridge: float = 0.1,
+    pinv_iterations: int | None = 6,
+    **flax_kwargs: Any,
+) -> Array:
+    """Skyformer: symmetrised Nyström approximation of :func:`kernelized_attention`.
+
+    The Gaussian kernel is PSD on the stacked points X = [Q; K] (scaled by scale^{1/2} =
+    head_dim^{-1/4} by default, never a hard-coded 32^{-1/4}). With ``num_landmarks`` rows X_S of
+    X (⌈m/2⌉ queries, ⌊m/2⌋ keys, valid positions only),
+
+        out = κ(Q, X_S) · (κ(X_S, X_S) + γI)⁻¹ · κ(X_S, K) · V,
+
+    where the inverse is the :func:`iterative_pinv` of the D^{-1/2}-preconditioned matrix
+    (D = diag((κ_SS + γI)1)). With ``rng`` the landmarks are drawn uniformly with replacement
+    among valid positions, one independent draw per (batch element, head) keyed by
+    ``fold_in`` so an example never depends on its batch; with ``rng=None`` they are evenly
+    spaced over the valid positions (deterministic; with m = 2·n_valid this is every query
+    and key once, and with ``ridge=0, pinv_iterations=None`` the result is exactly
+    :func:`kernelized_attention`). Any padding side works.
+
+    Args:
+      query: float ``(batch..., q_len, heads, head_dim)``.
+      key: float ``(batch..., kv_len, heads, head_dim)``.
+      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      bias: must be None.
+      mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
+      scale: default ``1/sqrt(head_dim)``.
+      is_causal: must be False.
+      num_landmarks: m, the sketch size d_s (Skyformer uses 128).
+      rng: a ``jax.random`` key for sampling landmarks, or None for evenly spaced landmarks.
+      ridge: γ ≥ 0 added to the landmark kernel (Skyformer uses 0.1).
+      pinv_iterations: iterations of :func:`iterative_pinv` (None = exact pinv).
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+
+    Returns:
+      ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
+
+    Raises:
+      ValueError: bad shapes, ``bias``, ``num_landmarks`` < 1, ``ridge`` < 0, bad
+        ``pinv_iterations``, non-padding mask.
+      TypeError: ``rng`` that is not a PRNG key array.
+      NotImplementedError: ``is_causal=True``.
+
+    References:
+      Chen et al. 2021, "Skyformer", NeurIPS, §4.2 eq. (4)-(6) and Lemma 3; code
+      pkuzengqi/Skyformer ``attention_skyformer.py``.
+
+    Example:
+      >>> import jax
+      >>> from spectral_jax.attention import skyformer_attention
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 256, 4, 32))
+      >>> skyformer_attention(q, k, v, num_landmarks=32, rng=jax.random.key(1)).shape
+      (2, 256, 4, 32)
+    """
+    method = "skyformer_attention"
+    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_qkv(method, query, key, value)
+    _common.reject_bias(method, bias)
+    _common.reject_causal(method, is_causal)
+    check_landmark_args(method, num_landmarks, pinv_iterations, "per_matrix")
+    if not isinstance(ridge, (int, float)) or ridge < 0:
+        raise ValueError(f"{method}(): `ridge` must be a float >= 0; got {ridge!r}.")
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    head = functools.partial(
+        _skyformer_head, scale=scale, num_landmarks=num_landmarks, ridge=float(ridge),
+        pinv_iterations=pinv_iterations,
+    )
+    args = ()
+    if rng is not None:
+        if not (isinstance(rng, jax.Array) and (
+            jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) or rng.shape == (2,)
+        )):
+            raise TypeError(
+                f"{method}(): `rng` must be a jax.random key (jax.random.key(seed)) or None; "
+                f"got {type(rng).__name__} {getattr(rng, 'shape', '')}."
+            )
+        args = (_common.fold_in_rng(rng, q_valid.shape[0], q_valid.shape[1]),)
+    return _common.lift(head, query, key, value, q_valid, k_valid, *args).astype(query.dtype)

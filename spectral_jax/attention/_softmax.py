@@ -1,0 +1,137 @@
+"""Exact softmax attention: the reference every approximation is measured against."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import _common
+
+Array = jax.Array
+
+
+def _causal_and(mask: Array | None, q_len: int, kv_len: int) -> Array:
+    causal = jnp.tril(jnp.ones((q_len, kv_len), bool), k=kv_len - q_len)
+    return causal if mask is None else jnp.logical_and(mask, causal)
+
+
+def softmax_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    implementation: str | None = None,
+    **flax_kwargs: Any,
+) -> Array:
+    """Exact scaled dot-product attention, softmax(q kᵀ · scale + bias) v.
+
+    Built on ``jax.nn.dot_product_attention`` (so ``implementation="cudnn"`` gives fused
+    flash attention on NVIDIA GPUs), with one change: a query row with no valid key gives
+    zeros instead of the uniform average that the XLA path returns.
+
+    Args:
+      query: float ``(batch..., q_len, heads, head_dim)``; bf16, f16, f32 or f64.
+      key: float ``(batch..., kv_len, heads, head_dim)``.
+      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      bias: optional additive logit bias broadcastable to ``(batch, heads, q_len, kv_len)``.
+      mask: optional bool, True = attend, broadcastable to ``(batch, heads, q_len, kv_len)``.
+      scale: logit scale; default ``1/sqrt(head_dim)``.
+      is_causal: if True, query i attends to keys j <= i (+ kv_len - q_len).
+      implementation: passed to ``jax.nn.dot_product_attention`` (None, "xla" or "cudnn").
+      **flax_kwargs: Flax ``attention_fn`` keywords (``dropout_rng``, ``deterministic``, ...)
+        are accepted and ignored: this function has no attention dropout.
+
+    Returns:
+      ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype. Softmax runs in float32.
+
+    Raises:
+      ValueError: mismatched shapes, a non-positive scale, or a mask that does not broadcast.
+      TypeError: non-float inputs, a non-boolean mask or an unknown keyword.
+
+    References:
+      Vaswani et al. 2017, "Attention is all you need", eq. (1).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from spectral_jax.attention import softmax_attention
+      >>> q = k = v = jnp.ones((2, 16, 4, 8))
+      >>> softmax_attention(q, k, v, is_causal=True).shape
+      (2, 16, 4, 8)
+    """
+    method = "softmax_attention"
+    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_qkv(method, query, key, value)
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    q_len, kv_len = query.shape[-3], key.shape[-3]
+    if mask is not None:
+        mask = jnp.asarray(mask)
+        if mask.dtype != jnp.bool_:
+            raise TypeError(f"{method}(): `mask` must be boolean (True = attend); got {mask.dtype}.")
+    if is_causal:
+        # Folded into the mask so the empty-row check below sees it too.
+        mask = _causal_and(mask, q_len, kv_len)
+    batch_shape = query.shape[:-3]
+    flat = lambda x: x.reshape(-1, *x.shape[-3:])  # noqa: E731  jax.nn wants one batch dim
+    full = (*batch_shape, query.shape[-2], q_len, kv_len)
+    flat_mask = None if mask is None else jnp.broadcast_to(mask, full).reshape(-1, *full[-3:])
+    flat_bias = None if bias is None else jnp.broadcast_to(bias, full).reshape(-1, *full[-3:])
+    if query.dtype == jnp.float64:
+        out = reference_attention(query, key, value, bias, mask, scale=scale)
+        return out
+    out = jax.nn.dot_product_attention(
+        flat(query), flat(key), flat(value), bias=flat_bias, mask=flat_mask, scale=scale,
+        implementation=implementation,
+    ).reshape(*batch_shape, q_len, query.shape[-2], value.shape[-1])
+    if flat_mask is None:
+        return out
+    has_key = flat_mask.any(axis=-1)  # (B, H, q_len)
+    has_key = jnp.swapaxes(has_key, -1, -2).reshape(*batch_shape, q_len, query.shape[-2], 1)
+    return jnp.where(has_key, out, jnp.zeros_like(out))
+
+
+def reference_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    **flax_kwargs: Any,
+) -> Array:
+    """Explicit O(n²) attention in the inputs' own precision (float64 under ``jax.enable_x64``).
+
+    Materialises the full weight matrix with ``Precision.HIGHEST`` einsums; the tests use it
+    in float64 as ground truth. Same arguments, shapes and semantics as
+    :func:`softmax_attention` (rows with no valid key give zeros); not for production use.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from spectral_jax.attention import reference_attention
+      >>> q = k = v = jnp.ones((1, 8, 2, 4))
+      >>> reference_attention(q, k, v).shape
+      (1, 8, 2, 4)
+    """
+    method = "reference_attention"
+    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_qkv(method, query, key, value)
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    ct = _common.compute_dtype(query.dtype)
+    hi = jax.lax.Precision.HIGHEST
+    logits = jnp.einsum("...qhd,...khd->...hqk", query.astype(ct), key.astype(ct), precision=hi)
+    logits = logits * scale
+    if bias is not None:
+        logits = logits + jnp.asarray(bias, ct)
+    valid = jnp.ones(logits.shape, bool) if mask is None else jnp.broadcast_to(mask, logits.shape)
+    if is_causal:
+        valid = _causal_and(valid, query.shape[-3], key.shape[-3])
+    weights = _common.masked_softmax(logits, valid)
+    out = jnp.einsum("...hqk,...khd->...qhd", weights, value.astype(ct), precision=hi)
+    return out.astype(query.dtype)

@@ -1,0 +1,252 @@
+"""Spectral shifting ("Beyond Nyströmformer"): Nyström plus δ·I, δ from the residual's trace."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import _common, _softmax
+from spectral_jax.attention._landmarks import segment_ids, segment_means
+from spectral_jax.attention._nystrom import check_landmark_args, landmark_kernels
+from spectral_jax.attention._pinv import iterative_pinv
+
+Array = jax.Array
+
+SHIFTS = ("estimate", "exact", "zero")
+KERNELS = ("softmax", "gaussian")
+
+
+def _diag_softmax_estimate(
+    q: Array, k: Array, k_valid: Array, key_landmarks: Array, num_landmarks: int
+) -> Array:
+    """S_ii in O(n·m): exact numerator exp(q_i·k_i), row normaliser from key landmarks.
+
+    Z_i = Σ_j exp(q_i·k_j) ≈ exp(q_i·k_i) + Σ_c (n_c − [c = c(i)]) exp(q_i·k̃_c): the self
+    term is kept exactly (it dominates on sharp attention, where the shift matters) and each
+    key segment c contributes its n_c tokens at its mean k̃_c (minus token i in its own
+    segment). Computed in log space so large logits never overflow.
+    """
+    seg = segment_ids(k_valid, num_landmarks)  # (n,), padded -> num_landmarks
+    counts = jax.ops.segment_sum(k_valid.astype(q.dtype), seg, num_segments=num_landmarks + 1)
+    others = counts[:num_landmarks][None, :] - (seg[:, None] == jnp.arange(num_landmarks))
+    self_logit = jnp.sum(q * k, axis=-1)
+    # Spread of the keys inside a segment: the mean of exp(q·k_j) over a segment exceeds exp
+    # of the mean (Jensen). For Gaussian keys the excess is σ²/2 (log-normal mean) with
+    # σ² = Σ_t q_t² var_t; for a finite segment of n_c keys the sum cannot exceed its largest
+    # term, about exp(σ·√(2 ln n_c)), so the correction is capped there.
+    sq_means, _ = segment_means(k * k, k_valid, num_landmarks)
+    sigma2 = (q * q) @ jnp.maximum(sq_means - key_landmarks**2, 0.0).T  # (n, m)
+    log_nc = jnp.log(jnp.maximum(counts[:num_landmarks], 1.0))[None, :]
+    spread = jnp.minimum(0.5 * sigma2, jnp.sqrt(2.0 * sigma2 * log_nc) - log_nc)
+    lm_logits = q @ key_landmarks.T + jnp.maximum(spread, 0.0)
+    lm_logits = lm_logits + jnp.log(jnp.maximum(others, 1e-30))
+    lm_logits = jnp.where(others > 0.5, lm_logits, -jnp.inf)
+    log_z = jnp.logaddexp(self_logit, jax.nn.logsumexp(lm_logits, axis=-1))
+    return jnp.where(k_valid, jnp.exp(self_logit - log_z), 0.0)
+
+
+def _diag_softmax_exact(q: Array, k: Array, k_valid: Array) -> Array:
+    """S_ii from the full O(n²) logits; for tests and small n."""
+    logits = q @ k.T
+    log_z = jax.nn.logsumexp(jnp.where(k_valid[None, :], logits, -jnp.inf), axis=-1)
+    return jnp.where(k_valid, jnp.exp(jnp.sum(q * k, axis=-1) - log_z), 0.0)
+
+
+def _shift_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
+    scale: float, num_landmarks: int, pinv_iterations: int | None, pinv_init: str,
+    shift: str, return_delta: bool,
+) -> Array:
+    ct = _common.compute_dtype(q.dtype)
+    q, k, v = q.astype(ct) * scale, k.astype(ct), v.astype(ct)
+    kern = landmark_kernels(q, k, q_valid, k_valid, num_landmarks)
+    z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
+    bv = kern.b @ v
+    out = kern.f @ (z @ bv)
+    if shift == "zero":
+        delta = jnp.zeros((), ct)
+    else:
+        # δ lives on the diagonal, so only positions that are both a valid query and a
+        # valid key take part (for self-attention padding these are the same positions).
+        diag_valid = q_valid & k_valid
+        f = jnp.where(diag_valid[:, None], kern.f, 0.0)
+        bf = kern.b @ f  # (m, m); tr(F Z B) = tr(Z B F)
+        trace_nystrom = jnp.sum(z * bf.T)
+        if shift == "exact":
+            diag = _diag_softmax_exact(q, k, k_valid)
+        else:
+            diag = _diag_softmax_estimate(q, k, k_valid, kern.key_landmarks, num_landmarks)
+        trace_s = jnp.sum(jnp.where(diag_valid, diag, 0.0))
+        n_valid = diag_valid.sum()
+        m_valid = kern.key_landmark_valid.sum()
+        # n_valid <= m: every token is its own landmark, nothing is left to shift.
+        delta = jnp.where(
+            n_valid > m_valid,
+            jnp.maximum(trace_s - trace_nystrom, 0.0) / jnp.maximum(n_valid - m_valid, 1),
+            0.0,
+        )
+        # U = Z − δ·G with G = F⁺B⁺ = (FᵀF)⁺ (BF)ᵀ (BBᵀ)⁺: the CUR-consistent correction, so
+        # F U B + δI is the best fit of S in this family for fixed δ (Wang et al. 2016).
+        g = iterative_pinv(f.T @ f, pinv_iterations) @ bf.T @ iterative_pinv(
+            kern.b @ kern.b.T, pinv_iterations
+        )
+        out = out - delta * (f @ (g @ bv)) + delta * jnp.where(diag_valid[:, None], v, 0.0)
+    if return_delta:
+        return delta
+    return jnp.where(q_valid[:, None], out, 0.0)
+
+
+def _check_shift_args(method: str, query: Array, key: Array, shift: Any) -> None:
+    _common.check_choice(method, "shift", shift, SHIFTS)
+    if query.shape[-3] != key.shape[-3]:
+        raise ValueError(
+            f"{method}(): spectral shifting adds δ·I, so it needs self-attention shapes with "
+            f"q_len == kv_len; got q_len={query.shape[-3]}, kv_len={key.shape[-3]}. Use "
+            "nystrom_attention for cross-attention."
+        )
+
+
+def spectral_shift_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    num_landmarks: int = 64,
+    pinv_iterations: int | None = 6,
+    pinv_init: str = "per_matrix",
+    shift: str = "estimate",
+    **flax_kwargs: Any,
+) -> Array:
+    """Spectrally shifted Nyström attention: S ≈ F·U·B + δ·I, so out = F(U(BV)) + δ·V.
+
+    F, A, B are Nyströmformer's three landmark softmax kernels (:func:`nystrom_attention`),
+    Z ≈ A⁺ by the iterative pseudo-inverse, and U = Z − δ·G with G = F⁺B⁺ (computed from the
+    m×m Gram matrices FᵀF, BBᵀ and BF with the same iteration). The shift is the mean of the
+    Nyström residual's diagonal,
+
+        δ = max(0, (tr S − tr(F Z B)) / (n_valid − m_valid)),
+
+    with n_valid the valid tokens and m_valid the non-empty landmarks; δ = 0 when
+    n_valid ≤ m_valid. tr(F Z B) = tr(Z·(BF)) costs O(n·m²). tr S is obtained by ``shift``:
+
+    - ``"estimate"`` (default, O(n·m)): S_ii = exp(q_i·k_i)/Z_i with the self term exact and
+      the rest of the row normaliser Z_i taken from the key landmarks (each segment's tokens
+      at their mean).
+    - ``"exact"``: S_ii from the full row normalisers, O(n²); for tests and small n.
+    - ``"zero"``: δ = 0, which is exactly :func:`nystrom_attention`.
+
+    On diffuse attention tr S ≈ 1 and δ ≈ 0 (the method reduces to Nyströmformer); on sharp,
+    near-identity attention tr S ≈ n and δ ≈ 1 restores the diagonal that a rank-m
+    approximation cannot represent. When ``num_landmarks >= q_len`` the exact
+    :func:`softmax_attention` is returned. Masks are handled as in :func:`nystrom_attention`.
+
+    Args:
+      query: float ``(batch..., n, heads, head_dim)``; bf16 in, bf16 out (float32 inside).
+      key: float ``(batch..., n, heads, head_dim)`` (same length as query: δ·I is square).
+      value: float ``(batch..., n, heads, v_head_dim)``.
+      bias: must be None.
+      mask: optional bool padding mask broadcastable to ``(batch, heads, n, n)``.
+      scale: logit scale, default ``1/sqrt(head_dim)``.
+      is_causal: must be False.
+      num_landmarks: m segment-means landmarks.
+      pinv_iterations: iterations of :func:`iterative_pinv` (None = exact pinv).
+      pinv_init: ``"per_matrix"`` or ``"global"``.
+      shift: ``"estimate"``, ``"exact"`` or ``"zero"`` (how tr S, hence δ, is obtained).
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+
+    Returns:
+      ``(batch..., n, heads, v_head_dim)`` in ``query``'s dtype.
+
+    Raises:
+      ValueError: bad shapes (including q_len != kv_len), ``bias`` given, bad
+        ``num_landmarks``/``pinv_iterations``/``pinv_init``/``shift``, non-padding mask.
+      NotImplementedError: ``is_causal=True``.
+      TypeError: non-float inputs, non-bool mask, unknown keywords.
+
+    References:
+      Verma 2021, "Beyond Nyströmformer – Approximation of self-attention by spectral
+      shifting", arXiv:2103.05638; Wang, Zhang, Qian & Zhang 2014, "Improving the modified
+      Nyström method using spectral shifting", KDD (δ^ss closed form, Thm. 1); Wang, Zhang &
+      Zhang 2016, JMLR 17(210) (the fast model with a Nyström core).
+
+    Example:
+      >>> import jax
+      >>> from spectral_jax.attention import spectral_shift_attention
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 256, 4, 32))
+      >>> spectral_shift_attention(q, k, v, num_landmarks=16).shape
+      (2, 256, 4, 32)
+    """
+    method = "spectral_shift_attention"
+    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_qkv(method, query, key, value)
+    _common.reject_bias(method, bias)
+    _common.reject_causal(method, is_causal)
+    check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
+    _check_shift_args(method, query, key, shift)
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    if num_landmarks >= query.shape[-3]:
+        return _softmax.softmax_attention(query, key, value, mask=mask, scale=scale)
+    head = functools.partial(
+        _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
+        pinv_init=pinv_init, shift=shift, return_delta=False,
+    )
+    return _common.lift(head, query, key, value, q_valid, k_valid).astype(query.dtype)
+
+
+def spectral_shift_delta(
+    query: Array,
+    key: Array,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    num_landmarks: int = 64,
+    pinv_iterations: int | None = 6,
+    pinv_init: str = "per_matrix",
+    shift: str = "estimate",
+) -> Array:
+    """The spectral shift δ that :func:`spectral_shift_attention` would use, per batch and head.
+
+    Args:
+      query, key: float ``(batch..., n, heads, head_dim)``.
+      mask, scale, num_landmarks, pinv_iterations, pinv_init, shift: as in
+        :func:`spectral_shift_attention`.
+
+    Returns:
+      float32 (or wider) ``(batch..., heads)``, δ ≥ 0 (dimensionless: a weight on V).
+
+    Raises:
+      ValueError, TypeError: as :func:`spectral_shift_attention`.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from spectral_jax.attention import spectral_shift_delta
+      >>> q = 4.0 * jax.random.normal(jax.random.key(0), (1, 128, 2, 16))
+      >>> bool((spectral_shift_delta(q, q, num_landmarks=8) > 0.5).all())  # sharp: δ near 1
+      True
+    """
+    method = "spectral_shift_delta"
+    _common.check_qkv(method, query, key, key)
+    check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
+    _check_shift_args(method, query, key, shift)
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    ct = _common.compute_dtype(query.dtype)
+    if num_landmarks >= query.shape[-3]:
+        return jnp.zeros(query.shape[:-3] + query.shape[-2:-1], ct)
+    head = functools.partial(
+        _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
+        pinv_init=pinv_init, shift=shift, return_delta=True,
+    )
+    b = q_valid.shape[0]
+    flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
+    fn = jax.vmap(jax.vmap(head, in_axes=(1, 1, 1, 0, 0), axis_name="heads"), axis_name="batch")
+    delta = fn(flat(query), flat(key), flat(key), q_valid, k_valid)
+    return delta.reshape(query.shape[:-3] + query.shape[-2:-1])
