@@ -18,6 +18,11 @@ FEATURE_MAPS = {
 }
 
 
+def _positive(den: Array) -> Array:
+    # A query with no valid key has 0/0; replacing the zero keeps values and gradients finite.
+    return jnp.where(den > 0, den, 1.0)
+
+
 def feature_attention(
     phi_q: Array, phi_k: Array, v: Array, *, is_causal: bool, chunk_size: int, eps: float
 ) -> Array:
@@ -37,7 +42,7 @@ def feature_attention(
     if not is_causal:
         num = phi_q @ (phi_k.T @ v)
         den = phi_q @ phi_k.sum(0)
-        return num / (den + eps)[:, None]
+        return num / _positive(den + eps)[:, None]
     n, r = phi_q.shape
     c = min(chunk_size, n)
     pad = (-n) % c
@@ -52,7 +57,7 @@ def feature_attention(
         local = (cq @ ck.T) * tril
         num = cq @ state + local @ cv
         den = cq @ norm + local.sum(-1)
-        return (state + ck.T @ cv, norm + ck.sum(0)), num / (den + eps)[:, None]
+        return (state + ck.T @ cv, norm + ck.sum(0)), num / _positive(den + eps)[:, None]
 
     init = (jnp.zeros((r, v.shape[-1]), v.dtype), jnp.zeros((r,), v.dtype))
     _, out = jax.lax.scan(step, init, (pq, pk, pv))

@@ -89,7 +89,7 @@ def _performer_head(
     phi_k = (jnp.exp(jnp.where(k_valid[:, None], k_logits, k_stab) - k_stab) + feat_eps) * inv_sqrt_r
     phi_k = jnp.where(k_valid[:, None], phi_k, 0.0)
     v = jnp.where(k_valid[:, None], v, 0.0)
-    out = feature_attention(phi_q, phi_k, v, is_causal=is_causal, chunk_size=chunk_size, eps=1e-30)
+    out = feature_attention(phi_q, phi_k, v, is_causal=is_causal, chunk_size=chunk_size, eps=0.0)
     # A query with no valid key: numerator and denominator are both 0.
     return jnp.where(q_valid[:, None] & k_valid.any(), out, 0.0)
 

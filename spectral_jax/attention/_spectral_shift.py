@@ -16,6 +16,7 @@ from spectral_jax.attention._pinv import iterative_pinv
 Array = jax.Array
 
 SHIFTS = ("estimate", "exact", "zero")
+_MASKED = -1e30
 KERNELS = ("softmax", "gaussian")
 
 
@@ -40,19 +41,22 @@ def _diag_softmax_estimate(
     sq_means, _ = segment_means(k * k, k_valid, num_landmarks)
     sigma2 = (q * q) @ jnp.maximum(sq_means - key_landmarks**2, 0.0).T  # (n, m)
     log_nc = jnp.log(jnp.maximum(counts[:num_landmarks], 1.0))[None, :]
-    spread = jnp.minimum(0.5 * sigma2, jnp.sqrt(2.0 * sigma2 * log_nc) - log_nc)
+    # The floor keeps sqrt's gradient finite at σ² = 0.
+    spread = jnp.minimum(0.5 * sigma2, jnp.sqrt(jnp.maximum(2.0 * sigma2 * log_nc, 1e-20)) - log_nc)
     lm_logits = q @ key_landmarks.T + jnp.maximum(spread, 0.0)
     lm_logits = lm_logits + jnp.log(jnp.maximum(others, 1e-30))
-    lm_logits = jnp.where(others > 0.5, lm_logits, -jnp.inf)
+    # A large finite negative, not -inf: an all-masked row must keep finite gradients.
+    lm_logits = jnp.where(others > 0.5, lm_logits, _MASKED)
     log_z = jnp.logaddexp(self_logit, jax.nn.logsumexp(lm_logits, axis=-1))
-    return jnp.where(k_valid, jnp.exp(self_logit - log_z), 0.0)
+    return jnp.where(k_valid, jnp.exp(jnp.where(k_valid, self_logit - log_z, 0.0)), 0.0)
 
 
 def _diag_softmax_exact(q: Array, k: Array, k_valid: Array) -> Array:
     """S_ii from the full O(n²) logits; for tests and small n."""
     logits = q @ k.T
-    log_z = jax.nn.logsumexp(jnp.where(k_valid[None, :], logits, -jnp.inf), axis=-1)
-    return jnp.where(k_valid, jnp.exp(jnp.sum(q * k, axis=-1) - log_z), 0.0)
+    log_z = jax.nn.logsumexp(jnp.where(k_valid[None, :], logits, _MASKED), axis=-1)
+    log_diag = jnp.where(k_valid, jnp.sum(q * k, axis=-1) - log_z, 0.0)
+    return jnp.where(k_valid, jnp.exp(log_diag), 0.0)
 
 
 def _shift_head(

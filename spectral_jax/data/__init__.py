@@ -1,0 +1,29 @@
+"""LRA task data: numpy-only readers of the release formats, generators, batching.
+
+One module per task (`listops`, `text`, `retrieval`, `image`, `pathfinder`), all
+returning a `Task` of fixed-shape `Split`s; `load_task` dispatches by name and
+`iterate_batches` yields fixed-shape, resumable batches.
+"""
+
+from __future__ import annotations
+
+from spectral_jax.data import image, listops, pathfinder, retrieval, text
+from spectral_jax.data.batching import iterate_batches
+from spectral_jax.data.registry import TASKS, load_task, task_options
+from spectral_jax.data.task import SPLIT_NAMES, Split, Task, majority_baseline
+
+__all__ = [
+    "SPLIT_NAMES",
+    "TASKS",
+    "Split",
+    "Task",
+    "image",
+    "iterate_batches",
+    "listops",
+    "load_task",
+    "majority_baseline",
+    "pathfinder",
+    "retrieval",
+    "task_options",
+    "text",
+]

@@ -1,0 +1,53 @@
+"""Shared inputs for the attention tests: per-method parameters and random token regimes."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spectral_jax.attention import ATTENTIONS, orthogonal_random_features
+
+NAMES = tuple(ATTENTIONS)
+APPROXIMATE = tuple(n for n, s in ATTENTIONS.items() if not s.exact)
+CAUSAL = tuple(n for n, s in ATTENTIONS.items() if s.supports_causal)
+NON_CAUSAL = tuple(n for n, s in ATTENTIONS.items() if not s.supports_causal)
+
+
+def method_kwargs(name: str, *, n: int, head_dim: int, seed: int = 0, budget: int | None = None):
+    """The method parameters a caller must supply, at a small budget that still approximates."""
+    key = jax.random.key(1000 + seed)
+    if name in ("nystrom", "spectral_shift"):
+        return {"num_landmarks": budget or 8}
+    if name == "skyformer":
+        return {"num_landmarks": budget or 16, "rng": key}
+    if name == "performer":
+        return {"projection": orthogonal_random_features(key, budget or 32, head_dim)}
+    if name == "linformer":
+        k = budget or 16
+        return {"key_projection": jax.random.normal(key, (k, n)) / np.sqrt(k)}
+    return {}
+
+
+def random_walk(key, shape, step: float = 0.3):
+    """Locally correlated tokens (b, n, h, d): what segment-means landmarks assume."""
+    return jnp.cumsum(step * jax.random.normal(key, shape), axis=-3)
+
+
+def qkv(seed: int = 0, shape=(2, 48, 2, 8), dtype=jnp.float32):
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    return (
+        random_walk(k1, shape).astype(dtype),
+        random_walk(k2, shape).astype(dtype),
+        jax.random.normal(k3, shape, dtype),
+    )
+
+
+def padding_mask(valid: jax.Array) -> jax.Array:
+    """(b, n) bool -> (b, 1, n, n) padding mask, as flax.nnx.make_attention_mask builds it."""
+    return valid[:, None, :, None] & valid[:, None, None, :]
+
+
+def rel_err(approx, exact) -> float:
+    approx, exact = np.asarray(approx, np.float64), np.asarray(exact, np.float64)
+    return float(np.linalg.norm(approx - exact) / np.linalg.norm(exact))

@@ -1,0 +1,86 @@
+"""Bad input gets a clear error that names the parameter, the value and what is allowed."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import pytest
+from attention_cases import method_kwargs
+
+from spectral_jax import attention as sa
+
+X = jnp.ones((1, 16, 2, 8))
+
+
+def test_unknown_attention_name_lists_known_names():
+    with pytest.raises(ValueError, match=r"'flash'.*softmax, nystrom, spectral_shift, skyformer"):
+        sa.get_attention("flash")
+    assert sa.available_attentions() == (
+        "softmax", "nystrom", "spectral_shift", "skyformer", "kernelized", "linear",
+        "performer", "linformer",
+    )
+
+
+@pytest.mark.parametrize("fn", [sa.nystrom_attention, sa.spectral_shift_attention, sa.skyformer_attention])
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_non_positive_num_landmarks(fn, bad):
+    with pytest.raises(ValueError, match=rf"`num_landmarks` must be a positive int; got {bad!r}"):
+        fn(X, X, X, num_landmarks=bad)
+
+
+@pytest.mark.parametrize("name", sa.available_attentions())
+def test_mismatched_head_dim_and_rank(name):
+    fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
+    with pytest.raises(ValueError, match="head_dim differ: 8 vs 4"):
+        fn(X, jnp.ones((1, 16, 2, 4)), X)
+    with pytest.raises(ValueError, match=r"`query` must have shape \(batch..., length, heads, head_dim\)"):
+        fn(jnp.ones((16, 8)), X, X)
+    with pytest.raises(TypeError, match="`key` must be a floating array; got dtype int32"):
+        fn(X, jnp.ones((1, 16, 2, 8), jnp.int32), X)
+    with pytest.raises(TypeError, match="`mask` must be boolean"):
+        fn(X, X, X, mask=jnp.ones((1, 1, 16, 16), jnp.int32))
+
+
+def test_method_specific_arguments():
+    with pytest.raises(ValueError, match=r"`feature_map` must be one of \('elu', 'relu'\); got 'tanh'"):
+        sa.linear_attention(X, X, X, feature_map="tanh")
+    with pytest.raises(ValueError, match="`scale` must be None"):
+        sa.linear_attention(X, X, X, scale=0.5)
+    with pytest.raises(ValueError, match="`projection` must be a \\(num_features, head_dim\\) array"):
+        sa.performer_attention(X, X, X)
+    with pytest.raises(ValueError, match="`projection` has 4 columns but head_dim is 8"):
+        sa.performer_attention(X, X, X, projection=jnp.ones((16, 4)))
+    with pytest.raises(ValueError, match="`key_projection` must be"):
+        sa.linformer_attention(X, X, X)
+    with pytest.raises(ValueError, match="`pinv_iterations` must be a non-negative int"):
+        sa.nystrom_attention(X, X, X, pinv_iterations=-1)
+    with pytest.raises(ValueError, match=r"`pinv_init` must be one of \('per_matrix', 'global'\)"):
+        sa.nystrom_attention(X, X, X, pinv_init="original")
+    with pytest.raises(ValueError, match=r"`shift` must be one of"):
+        sa.spectral_shift_attention(X, X, X, shift="big")
+    with pytest.raises(ValueError, match="q_len == kv_len"):
+        sa.spectral_shift_attention(X, jnp.ones((1, 32, 2, 8)), jnp.ones((1, 32, 2, 8)), num_landmarks=4)
+    with pytest.raises(ValueError, match="`ridge` must be a float >= 0"):
+        sa.skyformer_attention(X, X, X, ridge=-1.0)
+    with pytest.raises(TypeError, match="`rng` must be a jax.random key"):
+        sa.skyformer_attention(X, X, X, rng=3)
+    with pytest.raises(ValueError, match="`scale` must be a positive float"):
+        sa.softmax_attention(X, X, X, scale=-1.0)
+    with pytest.raises(ValueError, match=r"does not broadcast"):
+        sa.nystrom_attention(X, X, X, mask=jnp.ones((3, 16), bool))
+    with pytest.raises(ValueError, match=r"`init` must be one of"):
+        sa.iterative_pinv(jnp.eye(3), 2, init="x")
+    with pytest.raises(ValueError, match=r"`matrix` must be square"):
+        sa.iterative_pinv(jnp.ones((3, 2)))
+
+
+def test_pinv_global_init_is_shared_over_batch_and_heads():
+    # The "global" init couples examples (as the PyTorch references do); per_matrix does not.
+    x = jax.random.normal(jax.random.key(0), (2, 64, 2, 8))
+    y = x.at[1].multiply(20.0)
+    per = [sa.nystrom_attention(a, a, a, num_landmarks=8)[0] for a in (x, y)]
+    glob = [sa.nystrom_attention(a, a, a, num_landmarks=8, pinv_init="global")[0] for a in (x, y)]
+    assert bool(jnp.array_equal(per[0], per[1]))
+    assert not bool(jnp.allclose(glob[0], glob[1], atol=1e-6))

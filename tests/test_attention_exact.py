@@ -1,0 +1,300 @@
+"""Each method against its exact O(n²) target, at the limits where it must be exact, in float64."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpy_reference as ref
+import pytest
+from attention_cases import qkv, random_walk, rel_err
+
+from spectral_jax import attention as sa
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _qkv64(seed=0, shape=(1, 64, 1, 8), step=0.3):
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    return (random_walk(k1, shape, step).astype(jnp.float64),
+            random_walk(k2, shape, step).astype(jnp.float64),
+            jax.random.normal(k3, shape, jnp.float64))
+
+
+def _np(x):
+    return np.asarray(x, np.float64)[0, :, 0, :]
+
+
+# ---------------------------------------------------------------- exact softmax
+
+
+def test_softmax_hand_computed_value():
+    # weights softmax([ln 3, 0]) = [3/4, 1/4] on values [4, 0] -> 3.
+    q = jnp.array([[[[np.log(3.0)]]]])
+    k = jnp.array([[[[1.0]], [[0.0]]]])
+    v = jnp.array([[[[4.0]], [[0.0]]]])
+    out = sa.softmax_attention(q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), scale=1.0)
+    np.testing.assert_allclose(float(out[0, 0, 0, 0]), 3.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_softmax_matches_numpy_with_mask_and_bias(causal):
+    q, k, v = (x.astype(jnp.float32) for x in _qkv64(1, (1, 40, 1, 8)))
+    valid = jnp.arange(40) < 33
+    mask = valid[None, None, None, :]
+    bias = 0.1 * jax.random.normal(jax.random.key(2), (1, 1, 40, 40))
+    out = sa.softmax_attention(q, k, v, bias=bias, mask=mask, is_causal=causal)
+    logits = (_np(q) @ _np(k).T) / np.sqrt(8) + np.asarray(bias)[0, 0]
+    allowed = np.broadcast_to(np.asarray(valid), (40, 40))
+    if causal:
+        allowed = allowed & np.tril(np.ones((40, 40), bool))
+    expected = ref.softmax(logits, allowed) @ _np(v)
+    np.testing.assert_allclose(_np(out), expected, atol=2e-5)
+    np.testing.assert_allclose(_np(sa.reference_attention(q, k, v, bias=bias, mask=mask, is_causal=causal)), expected, atol=2e-5)
+
+
+# ---------------------------------------------------------------- pseudo-inverse
+
+
+def test_pinv_matches_float64_iteration_and_converges_on_well_conditioned():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(12, 12))
+    spd = a @ a.T / 12 + np.eye(12)
+    for iters in (1, 3, 6):
+        np.testing.assert_allclose(np.asarray(sa.iterative_pinv(jnp.asarray(spd), iters)), ref.pinv_iteration(spd, iters), rtol=1e-10, atol=1e-12)
+    errors = [np.linalg.norm(np.asarray(sa.iterative_pinv(jnp.asarray(spd), t)) @ spd - np.eye(12)) for t in (2, 4, 6, 8)]
+    assert errors == sorted(errors, reverse=True) and errors[-1] < 1e-8
+
+
+def test_pinv_on_landmark_softmax_kernel_and_preconditioned_gaussian():
+    q, k, _ = _qkv64(3, (1, 256, 1, 16))
+    _, a, _ = ref.nystrom_kernels(_np(q), _np(k), 1 / 4, 16, np.ones(256, bool))
+    resid = [np.linalg.norm(a @ np.asarray(sa.iterative_pinv(jnp.asarray(a), t)) @ a - a) / np.linalg.norm(a) for t in (1, 3, 6, 12)]
+    assert resid == sorted(resid, reverse=True) and resid[2] < 0.1
+    # Skyformer's D^{-1/2}(M + γI)D^{-1/2} has spectrum in (0, 1]: the iteration converges.
+    x = _np(q)[::8] / 16**0.25
+    m = ref.gaussian_kernel(x, x) + 0.1 * np.eye(len(x))
+    dm = m / np.sqrt(np.outer(m.sum(1), m.sum(1)))
+    assert np.linalg.eigvalsh(dm).max() <= 1 + 1e-12
+    z = np.asarray(sa.iterative_pinv(jnp.asarray(dm), 20))
+    np.testing.assert_allclose(z @ dm, np.eye(len(x)), atol=1e-6)
+
+
+# ---------------------------------------------------------------- Nyström
+
+
+@pytest.mark.parametrize("fn", [sa.nystrom_attention, sa.spectral_shift_attention])
+def test_landmarks_at_least_length_is_exact_softmax(fn):
+    q, k, v = _qkv64(4, (2, 50, 2, 8))
+    chex.assert_trees_all_close(fn(q, k, v, num_landmarks=64), sa.reference_attention(q, k, v), atol=1e-12)
+
+
+def test_one_landmark_per_token_with_exact_pinv_reproduces_s():
+    # 12 valid tokens, 16 landmarks < 32 = n: the landmark formula runs and each valid token is
+    # its own landmark, so F = A = B = S and S S⁺ S = S.
+    q, k, v = _qkv64(5, (1, 32, 1, 8))
+    valid = jnp.arange(32) < 12
+    mask = valid[None, None, :, None] & valid[None, None, None, :]
+    out = sa.nystrom_attention(q, k, v, mask=mask, num_landmarks=16, pinv_iterations=None)
+    expected = sa.reference_attention(q, k, v, mask=mask)
+    chex.assert_trees_all_close(out, expected, atol=1e-9)
+
+
+@pytest.mark.parametrize("n,m", [(70, 16), (100, 24)])
+def test_nystrom_matches_numpy_formula_when_length_not_divisible(n, m):
+    q, k, v = _qkv64(6, (1, n, 1, 8))
+    valid = np.arange(n) < n - 7
+    mask = jnp.asarray(valid)[None, None, :, None] & jnp.asarray(valid)[None, None, None, :]
+    out = sa.nystrom_attention(q, k, v, mask=mask, num_landmarks=m)
+    f, a, b = ref.nystrom_kernels(_np(q), _np(k), 1 / np.sqrt(8), m, valid)
+    expected = f @ ref.pinv_iteration(a, 6) @ (b @ _np(v))
+    expected[~valid] = 0.0
+    np.testing.assert_allclose(_np(out), expected, atol=1e-10)
+    assert rel_err(_np(out)[valid], _np(sa.reference_attention(q, k, v, mask=mask))[valid]) < 0.1
+
+
+# ---------------------------------------------------------------- spectral shifting
+
+
+def _sharp(seed, n=256, d=16, norm=3.0):
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    x = norm * jax.random.normal(k1, (1, n, 1, d), jnp.float64)
+    return x, x, jax.random.normal(k2, (1, n, 1, d), jnp.float64)
+
+
+def test_spectral_shift_with_zero_shift_is_nystrom_bitwise():
+    q, k, v = (x.astype(jnp.float32) for x in _qkv64(7, (2, 96, 2, 8)))
+    np.testing.assert_array_equal(
+        np.asarray(sa.spectral_shift_attention(q, k, v, num_landmarks=16, shift="zero")),
+        np.asarray(sa.nystrom_attention(q, k, v, num_landmarks=16)),
+    )
+
+
+def test_spectral_shift_matches_numpy_closed_form():
+    q, k, v = _sharp(8, n=96, d=8, norm=2.0)
+    m = 12
+    out = sa.spectral_shift_attention(q, k, v, num_landmarks=m, pinv_iterations=None, shift="exact")
+    valid = np.ones(96, bool)
+    qn, kn, vn = _np(q), _np(k), _np(v)
+    f, a, b = ref.nystrom_kernels(qn, kn, 1 / np.sqrt(8), m, valid)
+    s = ref.softmax(qn @ kn.T / np.sqrt(8))
+    z = np.linalg.pinv(a)
+    delta = max(0.0, (np.trace(s) - np.trace(f @ z @ b)) / (96 - m))
+    g = np.linalg.pinv(f.T @ f) @ (b @ f).T @ np.linalg.pinv(b @ b.T)
+    expected = f @ ((z - delta * g) @ (b @ vn)) + delta * vn
+    np.testing.assert_allclose(_np(out), expected, atol=1e-8)
+    assert delta > 0.3  # sharp attention: the residual's diagonal is large
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_spectral_shift_beats_nystrom_on_sharp_and_ties_on_diffuse(seed):
+    q, k, v = _sharp(seed)
+    exact = sa.reference_attention(q, k, v)
+    for m in (16, 32):
+        nys = rel_err(sa.nystrom_attention(q, k, v, num_landmarks=m), exact)
+        ss = rel_err(sa.spectral_shift_attention(q, k, v, num_landmarks=m), exact)
+        assert nys > 0.9 and ss < 0.6 * nys, (m, nys, ss)
+    q, k, v = _qkv64(10 + seed, (1, 256, 1, 16))
+    exact = sa.reference_attention(q, k, v)
+    for m in (8, 16, 32):
+        nys = rel_err(sa.nystrom_attention(q, k, v, num_landmarks=m), exact)
+        ss = rel_err(sa.spectral_shift_attention(q, k, v, num_landmarks=m), exact)
+        assert ss <= 1.01 * nys, (m, nys, ss)
+
+
+def test_delta_nonnegative_and_estimate_tracks_exact_trace():
+    for regime, (q, k, _) in {"sharp": _sharp(3), "diffuse": _qkv64(4, (1, 256, 1, 16))}.items():
+        est = float(sa.spectral_shift_delta(q, k, num_landmarks=16)[0, 0])
+        exact = float(sa.spectral_shift_delta(q, k, num_landmarks=16, shift="exact")[0, 0])
+        assert est >= 0 and exact >= 0
+        assert abs(est - exact) <= 0.05 * max(exact, 0.02), (regime, est, exact)
+    # Pure noise tokens with large norms: the tokens are nearly orthogonal, S ≈ I, δ ≈ 1.
+    q, k, _ = _sharp(5, norm=4.0)
+    assert float(sa.spectral_shift_delta(q, k, num_landmarks=16, shift="exact")[0, 0]) == pytest.approx(1.0, abs=0.1)
+    # Random inputs in float32 never give a negative shift.
+    for seed in range(3):
+        x = jax.random.normal(jax.random.key(seed), (2, 64, 2, 8), jnp.float32) * (seed + 0.5)
+        assert float(sa.spectral_shift_delta(x, x[::-1], num_landmarks=8).min()) >= 0.0
+
+
+# ---------------------------------------------------------------- symmetric (SPSD) spectral shifting
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
+def test_symmetric_shift_exact_with_one_landmark_per_token(kernel):
+    x, _, v = _qkv64(12, (1, 40, 1, 8))
+    valid = jnp.arange(40) < 20
+    mask = valid[None, None, :, None] & valid[None, None, None, :]
+    out = sa.symmetric_spectral_shift_attention(x, x, v, mask=mask, kernel=kernel, num_landmarks=24)
+    target = (sa.reference_attention(x, x, v, mask=mask) if kernel == "softmax"
+              else sa.kernelized_attention(x, x, v, mask=mask))
+    chex.assert_trees_all_close(out, target, atol=1e-8)
+
+
+def test_symmetric_shift_frobenius_error_not_above_nystrom():
+    # Gaussian kernel with a flat spectral tail (well-separated points): the shift recovers it.
+    x = 2.0 * jax.random.normal(jax.random.key(13), (1, 128, 1, 8), jnp.float64)
+    eye = jnp.eye(128, dtype=jnp.float64)[None, :, None, :]
+    exact = sa.kernelized_attention(x, x, eye)
+    nys = rel_err(sa.symmetric_spectral_shift_attention(x, None, eye, kernel="gaussian", num_landmarks=16, shift=False), exact)
+    ss = rel_err(sa.symmetric_spectral_shift_attention(x, None, eye, kernel="gaussian", num_landmarks=16), exact)
+    assert ss < 0.5 * nys, (nys, ss)
+    with pytest.raises(ValueError, match="key == query"):
+        sa.symmetric_spectral_shift_attention(x, x + 1.0, eye)
+
+
+# ---------------------------------------------------------------- Skyformer / kernelized
+
+
+def test_kernelized_matches_gaussian_kernel_formula():
+    q, k, v = _qkv64(14, (1, 30, 1, 8))
+    c = 8 ** -0.25
+    expected = ref.gaussian_kernel(_np(q) * c, _np(k) * c) @ _np(v)
+    np.testing.assert_allclose(_np(sa.kernelized_attention(q, k, v)), expected, atol=1e-10)
+
+
+def test_skyformer_with_every_position_is_kernelized_attention():
+    q, k, v = _qkv64(15, (2, 48, 2, 8))
+    valid = jnp.arange(48)[None, :] < jnp.array([[40], [48]])
+    mask = valid[:, None, :, None] & valid[:, None, None, :]
+    # Example 0 has 40 valid tokens: 80 landmarks are every valid query and key once.
+    out = sa.skyformer_attention(q[:1], k[:1], v[:1], mask=mask[:1], num_landmarks=80, ridge=0.0, pinv_iterations=None)
+    chex.assert_trees_all_close(out, sa.kernelized_attention(q[:1], k[:1], v[:1], mask=mask[:1]), atol=1e-8)
+
+
+def test_skyformer_error_falls_with_landmarks():
+    q, k, v = (x.astype(jnp.float32) for x in _qkv64(16, (1, 256, 2, 16)))
+    exact = sa.kernelized_attention(q, k, v)
+    errs = [rel_err(sa.skyformer_attention(q, k, v, num_landmarks=m), exact) for m in (16, 32, 64, 128, 256)]
+    assert errs == sorted(errs, reverse=True) and errs[-1] < 0.15, errs
+    sampled = [np.mean([rel_err(sa.skyformer_attention(q, k, v, num_landmarks=m, rng=jax.random.key(s)), exact) for s in range(3)]) for m in (32, 128)]
+    assert sampled[1] < 0.7 * sampled[0], sampled
+
+
+# ---------------------------------------------------------------- linear, Performer, Linformer
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_linear_attention_matches_formula(causal):
+    q, k, v = _qkv64(17, (1, 50, 1, 8))
+    out = sa.linear_attention(q, k, v, is_causal=causal, chunk_size=16)  # 16 does not divide 50
+    np.testing.assert_allclose(_np(out), ref.linear_attention(_np(q), _np(k), _np(v), causal), atol=1e-10)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_performer_matches_favor_formula(causal):
+    q, k, v = _qkv64(18, (1, 40, 1, 8))
+    w = sa.orthogonal_random_features(jax.random.key(0), 24, 8, dtype=jnp.float64)
+    out = sa.performer_attention(q, k, v, projection=w, is_causal=causal, chunk_size=16)
+    c = 8 ** -0.25
+    wn = np.asarray(w)
+
+    def feats(x):  # unstabilised positive features; stabilisers cancel exactly when eps = 0
+        x = x * c
+        return np.exp(x @ wn.T - 0.5 * (x * x).sum(-1, keepdims=True))
+
+    a = feats(_np(q)) @ feats(_np(k)).T
+    if causal:
+        a = np.tril(a)
+    expected = (a @ _np(v)) / a.sum(-1, keepdims=True)
+    tol = 1e-10 if causal else 1e-4  # the bidirectional form adds eps = 1e-6 to every feature
+    np.testing.assert_allclose(_np(out), expected, rtol=tol, atol=tol)
+
+
+def test_performer_error_falls_with_features():
+    q, k, v = (0.5 * x for x in _qkv64(19, (1, 128, 1, 16), step=0.2))
+    exact = sa.reference_attention(q, k, v)
+    means = []
+    for r in (8, 64, 512):
+        errs = [rel_err(sa.performer_attention(q, k, v, projection=sa.orthogonal_random_features(jax.random.key(s), r, 16, dtype=jnp.float64)), exact) for s in range(4)]
+        means.append(np.mean(errs))
+    assert means == sorted(means, reverse=True) and means[-1] < 0.5 * means[0], means
+
+
+def test_orthogonal_features_are_orthogonal_within_blocks():
+    w = np.asarray(sa.orthogonal_random_features(jax.random.key(1), 20, 8, scaling="sqrt_d"))
+    np.testing.assert_allclose(w[:8] @ w[:8].T, 8 * np.eye(8), atol=1e-4)
+    np.testing.assert_allclose(np.linalg.norm(w, axis=1), np.sqrt(8), rtol=1e-5)
+
+
+def test_linformer_identity_projection_is_exact_and_short_inputs_use_first_columns():
+    q, k, v = _qkv64(20, (1, 48, 1, 8))
+    chex.assert_trees_all_close(
+        sa.linformer_attention(q, k, v, key_projection=jnp.eye(48, dtype=jnp.float64)),
+        sa.reference_attention(q, k, v), atol=1e-10)
+    e = jax.random.normal(jax.random.key(1), (16, 64), jnp.float64)  # max_length 64 > 48
+    valid = np.arange(48) < 40
+    mask = jnp.asarray(valid)[None, None, :, None] & jnp.asarray(valid)[None, None, None, :]
+    out = sa.linformer_attention(q, k, v, mask=mask, key_projection=e)
+    en = np.asarray(e)[:, :48]
+    kk, vv = _np(k) * valid[:, None], _np(v) * valid[:, None]
+    expected = ref.softmax(_np(q) @ (en @ kk).T / np.sqrt(8)) @ (en @ vv)
+    expected[~valid] = 0
+    np.testing.assert_allclose(_np(out), expected, atol=1e-10)
+    with pytest.raises(ValueError, match="max_length=64"):
+        sa.linformer_attention(*(jnp.ones((1, 65, 1, 8)),) * 3, key_projection=e)

@@ -1,0 +1,173 @@
+"""Registry-driven properties that every attention method must have: masks, batching, transforms."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from attention_cases import (
+    APPROXIMATE, CAUSAL, NAMES, NON_CAUSAL, method_kwargs, padding_mask, qkv,
+)
+
+from spectral_jax.attention import get_attention
+
+B, N, H, D = 2, 48, 2, 8
+
+
+def _call(name, q, k, v, **extra):
+    kw = method_kwargs(name, n=k.shape[-3], head_dim=q.shape[-1]) | extra
+    return get_attention(name)(q, k, v, **kw)
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    q, k, v = qkv(0, (B, N, H, D))
+    # Example 0 has 30 valid tokens followed by padding; example 1 is full.
+    valid = jnp.arange(N)[None, :] < jnp.array([[30], [N]])
+    return q, k, v, valid
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_padded_content_never_reaches_valid_outputs(name, inputs):
+    q, k, v, valid = inputs
+    mask = padding_mask(valid)
+    noise = 100.0 * jax.random.normal(jax.random.key(9), (3, B, N, H, D))
+    pad = ~valid[:, :, None, None]
+    out_zero = _call(name, *(jnp.where(pad, 0.0, x) for x in (q, k, v)), mask=mask)
+    out_noise = _call(name, *(jnp.where(pad, r, x) for x, r in zip((q, k, v), noise)), mask=mask)
+    assert np.isfinite(np.asarray(out_noise)).all()
+    sel = np.asarray(valid)
+    chex.assert_trees_all_close(np.asarray(out_zero)[sel], np.asarray(out_noise)[sel], atol=1e-5, rtol=1e-5)
+    # Padded query rows are zero.
+    np.testing.assert_array_equal(np.asarray(out_noise)[~sel], 0.0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_wrt_padded_inputs_are_zero_and_finite(name, inputs):
+    q, k, v, valid = inputs
+    mask = padding_mask(valid)
+    weights = jax.random.normal(jax.random.key(3), (B, N, H, D))
+
+    def loss(q, k, v):
+        return jnp.sum(_call(name, q, k, v, mask=mask) * weights)
+
+    grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    for g in grads:
+        g = np.asarray(g)
+        assert np.isfinite(g).all()
+        np.testing.assert_array_equal(g[~np.asarray(valid)], 0.0)
+    assert np.abs(np.asarray(grads[2])[np.asarray(valid)]).sum() > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_example_independent_of_batch_and_other_heads(name):
+    q, k, v = qkv(1, (1, N, H, D))
+    alone = _call(name, q, k, v)
+    big = [10.0 * x for x in qkv(2, (1, N, H, D))]
+    together = _call(name, *(jnp.concatenate([a, b]) for a, b in zip((q, k, v), big)))
+    chex.assert_trees_all_close(together[:1], alone, atol=2e-5, rtol=2e-5)
+    # Scaling head 1 leaves head 0 unchanged.
+    scaled = [x.at[..., 1, :].multiply(10.0) for x in (q, k, v)]
+    chex.assert_trees_all_close(_call(name, *scaled)[..., 0, :], alone[..., 0, :], atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_query_without_valid_keys_gives_zeros_and_finite_grads(name, inputs):
+    q, k, v, _ = inputs
+    valid = jnp.zeros((B, N), bool).at[1].set(True)  # example 0 entirely padded
+    mask = padding_mask(valid)
+    out = _call(name, q, k, v, mask=mask)
+    np.testing.assert_array_equal(np.asarray(out[0]), 0.0)
+    assert np.isfinite(np.asarray(out)).all()
+    g = jax.grad(lambda q, k, v: jnp.sum(_call(name, q, k, v, mask=mask) ** 2), argnums=(0, 1, 2))(q, k, v)
+    assert all(np.isfinite(np.asarray(x)).all() for x in g)
+    # Key padding alone (all queries valid, no valid key in example 0) also gives zeros.
+    key_mask = jnp.broadcast_to(valid[:, None, None, :], (B, 1, N, N))
+    if name in ("softmax", "kernelized"):
+        np.testing.assert_array_equal(np.asarray(_call(name, q, k, v, mask=key_mask)[0]), 0.0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_jit_grad_and_outer_vmap_agree_with_eager(name):
+    q, k, v = qkv(4, (B, N, H, D))
+    kw = method_kwargs(name, n=N, head_dim=D)
+    fn = get_attention(name)
+    eager = fn(q, k, v, **kw)
+    chex.assert_shape(eager, (B, N, H, D))
+    jitted = jax.jit(lambda q, k, v: fn(q, k, v, **kw))(q, k, v)
+    chex.assert_trees_all_close(jitted, eager, atol=1e-5, rtol=1e-5)
+    # An extra leading batch axis through vmap equals the batched call.
+    vmapped = jax.vmap(lambda q, k, v: fn(q, k, v, **kw))(q[None], k[None], v[None])[0]
+    chex.assert_trees_all_close(vmapped, eager, atol=1e-5, rtol=1e-5)
+    g = jax.grad(lambda v: jnp.sum(fn(q, k, v, **kw)))(v)
+    assert np.isfinite(np.asarray(g)).all() and np.abs(np.asarray(g)).sum() > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_one_compile_per_shape(name):
+    q, k, v = qkv(5, (B, N, H, D))
+    kw = method_kwargs(name, n=N, head_dim=D)
+    fn = get_attention(name)
+    chex.clear_trace_counter()
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def run(q, k, v):
+        return fn(q, k, v, **kw)
+
+    for scale in (1.0, 2.0, 3.0):
+        run(q * scale, k, v).block_until_ready()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bf16_in_bf16_out_close_to_float32(name):
+    q, k, v = qkv(6, (1, N, H, D))
+    kw = method_kwargs(name, n=N, head_dim=D)
+    fn = get_attention(name)
+    out16 = fn(*(x.astype(jnp.bfloat16) for x in (q, k, v)), **kw)
+    assert out16.dtype == jnp.bfloat16
+    out32 = fn(*(x.astype(jnp.bfloat16).astype(jnp.float32) for x in (q, k, v)), **kw)
+    err = float(jnp.linalg.norm(out16.astype(jnp.float32) - out32) / jnp.linalg.norm(out32))
+    assert err < 1e-2  # only the final rounding to bf16: everything inside is float32
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_causal_outputs_do_not_see_the_future(name):
+    q, k, v = qkv(7, (1, N, H, D))
+    fn = get_attention(name)
+    kw = method_kwargs(name, n=N, head_dim=D)
+    base = fn(q, k, v, is_causal=True, **kw)
+    i = 20
+    bumped = [x.at[:, i].add(5.0) for x in (q, k, v)]
+    out = fn(*bumped, is_causal=True, **kw)
+    chex.assert_trees_all_close(out[:, :i], base[:, :i], atol=1e-6, rtol=1e-6)
+    assert float(jnp.abs(out[:, i:] - base[:, i:]).max()) > 1e-3
+
+
+@pytest.mark.parametrize("name", NON_CAUSAL)
+def test_causal_rejected_by_non_causal_methods(name):
+    q, k, v = qkv(8, (1, N, H, D))
+    with pytest.raises(NotImplementedError, match="is_causal"):
+        _call(name, q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("name", APPROXIMATE)
+def test_approximations_reject_bias_and_non_padding_masks(name):
+    q, k, v = qkv(9, (1, N, H, D))
+    with pytest.raises(ValueError, match="bias"):
+        _call(name, q, k, v, bias=jnp.zeros((1, H, N, N)))
+    causal = jnp.tril(jnp.ones((N, N), bool))
+    with pytest.raises(ValueError, match="padding mask"):
+        _call(name, q, k, v, mask=causal)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_accepts_flax_attention_fn_keywords(name):
+    q, k, v = qkv(10, (1, N, H, D))
+    flax_kw = dict(dropout_rng=None, dropout_rate=0.0, broadcast_dropout=True,
+                   deterministic=True, dtype=None, precision=None, module=None)
+    chex.assert_trees_all_close(_call(name, q, k, v, **flax_kw), _call(name, q, k, v))
+    with pytest.raises(TypeError, match="num_landmark"):
+        _call(name, q, k, v, num_landmark=3)

@@ -1,0 +1,60 @@
+"""`spectral-jax data ...` sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from spectral_jax.data import cli, listops
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spectral-jax")
+    cli.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def test_registers_one_data_command_with_three_subcommands() -> None:
+    parser = _parser()
+    args = parser.parse_args(["data", "listops", "--out", "d"])
+    assert (args.train, args.val, args.test, args.seed, args.min_length, args.max_length) == (
+        96000, 2000, 2000, 0, 500, 2000)
+    assert parser.parse_args(["data", "pathfinder", "--out", "d"]).resolution == 32
+    assert parser.parse_args(["data", "info", "listops", "--data-dir", "d"]).task == "listops"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["data"])
+
+
+def test_listops_then_info(tmp_path, capsys) -> None:
+    args = _parser().parse_args([
+        "data", "listops", "--out", str(tmp_path), "--train", "40", "--val", "5", "--test", "5",
+        "--seed", "1", "--min-length", "20", "--max-length", "100"])
+    assert args.func(args) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["train"], stats["validation"], stats["test"], stats["truncated"]) == (40, 5, 5, 0)
+    rows = (tmp_path / "basic_train.tsv").read_text().splitlines()[1:]
+    assert all(listops.evaluate(r.split("\t")[0]) == int(r.split("\t")[1]) for r in rows)
+
+    args = _parser().parse_args(["data", "info", "listops", "--data-dir", str(tmp_path),
+                                 "--option", "max_length=100"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "vocab 17, classes 10, max_length 100" in out
+    assert "train      n=40" in out and "inputs (40, 100)" in out and "truncated 0" in out
+
+
+def test_pathfinder_command(tmp_path, capsys) -> None:
+    args = _parser().parse_args(["data", "pathfinder", "--out", str(tmp_path), "--num-images",
+                                 "4", "--difficulty", "curv_baseline", "--seed", "2"])
+    assert args.func(args) == 0
+    assert json.loads(capsys.readouterr().out)["positives"] == 2
+    assert len(list((tmp_path / "pathfinder32/curv_baseline/imgs/0").glob("*.png"))) == 4
+
+
+def test_info_bad_option(tmp_path) -> None:
+    args = _parser().parse_args(["data", "info", "listops", "--data-dir", str(tmp_path),
+                                 "--option", "maxlen=3"])
+    with pytest.raises(TypeError, match="maxlen"):
+        args.func(args)
