@@ -23,6 +23,7 @@ class LandmarkKernels(NamedTuple):
     b: Array  # (m, n) softmax(Q̃ Kᵀ): query landmarks against keys
     key_landmark_valid: Array  # (m,) bool
     key_landmarks: Array  # (m, d)
+    f_logits: Array  # (n, m) Q K̃ᵀ before the softmax (spectral shifting reuses it)
 
 
 def landmark_kernels(
@@ -35,10 +36,11 @@ def landmark_kernels(
     """
     q_lm, q_lm_valid = segment_means(q, q_valid, num_landmarks)
     k_lm, k_lm_valid = segment_means(k, k_valid, num_landmarks)
-    f = _common.masked_softmax(q @ k_lm.T, k_lm_valid[None, :])
+    f_logits = q @ k_lm.T
+    f = _common.masked_softmax(f_logits, k_lm_valid[None, :])
     a = _common.masked_softmax(q_lm @ k_lm.T, k_lm_valid[None, :]) * q_lm_valid[:, None]
     b = _common.masked_softmax(q_lm @ k.T, k_valid[None, :]) * q_lm_valid[:, None]
-    return LandmarkKernels(f, a, b, k_lm_valid, k_lm)
+    return LandmarkKernels(f, a, b, k_lm_valid, k_lm, f_logits)
 
 
 def check_landmark_args(

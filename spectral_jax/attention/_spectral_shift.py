@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from spectral_jax.attention import _common, _softmax
 from spectral_jax.attention._landmarks import segment_ids, segment_means
-from spectral_jax.attention._nystrom import check_landmark_args, landmark_kernels
+from spectral_jax.attention._nystrom import LandmarkKernels, check_landmark_args, landmark_kernels
 from spectral_jax.attention._pinv import iterative_pinv
 
 Array = jax.Array
@@ -21,7 +21,7 @@ KERNELS = ("softmax", "gaussian")
 
 
 def _diag_softmax_estimate(
-    q: Array, k: Array, k_valid: Array, key_landmarks: Array, num_landmarks: int
+    q: Array, k: Array, k_valid: Array, kern: LandmarkKernels, num_landmarks: int
 ) -> Array:
     """S_ii in O(n·m): exact numerator exp(q_i·k_i), row normaliser from key landmarks.
 
@@ -39,11 +39,11 @@ def _diag_softmax_estimate(
     # σ² = Σ_t q_t² var_t; for a finite segment of n_c keys the sum cannot exceed its largest
     # term, about exp(σ·√(2 ln n_c)), so the correction is capped there.
     sq_means, _ = segment_means(k * k, k_valid, num_landmarks)
-    sigma2 = (q * q) @ jnp.maximum(sq_means - key_landmarks**2, 0.0).T  # (n, m)
+    sigma2 = (q * q) @ jnp.maximum(sq_means - kern.key_landmarks**2, 0.0).T  # (n, m)
     log_nc = jnp.log(jnp.maximum(counts[:num_landmarks], 1.0))[None, :]
     # The floor keeps sqrt's gradient finite at σ² = 0.
     spread = jnp.minimum(0.5 * sigma2, jnp.sqrt(jnp.maximum(2.0 * sigma2 * log_nc, 1e-20)) - log_nc)
-    lm_logits = q @ key_landmarks.T + jnp.maximum(spread, 0.0)
+    lm_logits = kern.f_logits + jnp.maximum(spread, 0.0)
     lm_logits = lm_logits + jnp.log(jnp.maximum(others, 1e-30))
     # A large finite negative, not -inf: an all-masked row must keep finite gradients.
     lm_logits = jnp.where(others > 0.5, lm_logits, _MASKED)
@@ -82,7 +82,7 @@ def _shift_head(
         if shift == "exact":
             diag = _diag_softmax_exact(q, k, k_valid)
         else:
-            diag = _diag_softmax_estimate(q, k, k_valid, kern.key_landmarks, num_landmarks)
+            diag = _diag_softmax_estimate(q, k, k_valid, kern, num_landmarks)
         trace_s = jnp.sum(jnp.where(diag_valid, diag, 0.0))
         n_valid = diag_valid.sum()
         m_valid = kern.key_landmark_valid.sum()
