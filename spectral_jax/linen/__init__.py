@@ -1,0 +1,140 @@
+"""Linen versions of the :mod:`spectral_jax.nn` models, through ``flax.nnx.bridge.to_linen``.
+
+Each class is a regular ``flax.linen.Module`` whose only field is the frozen
+:class:`~spectral_jax.nn.TransformerConfig`; it wraps the NNX model under the submodule name
+``"model"``. Variables live in the usual collections: ``"params"`` and, for Performer, the
+non-trainable projection in ``"random_features"`` (pass every collection to ``apply``).
+Randomness at ``apply``: the ``"dropout"`` rng (and optionally ``"landmarks"``) when
+``deterministic=False``. The same seed gives different parameters in Linen and NNX (the
+bridge draws keys differently), so compare behaviour, not values.
+
+Pure attention functions need no wrapper: pass them as
+``flax.linen.MultiHeadDotProductAttention(attention_fn=...)``.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import linen as nn
+from flax import nnx
+
+from spectral_jax import nn as _nnx_models
+from spectral_jax.nn._config import TransformerConfig
+
+Array = jax.Array
+
+__all__ = ["DualEncoderClassifier", "MultiHeadAttention", "SequenceClassifier", "TransformerConfig"]
+
+
+class SequenceClassifier(nn.Module):
+    """Linen :class:`spectral_jax.nn.SequenceClassifier`: int ``(B, L)`` → float32 ``(B, C)``.
+
+    Attributes:
+        config: the model configuration.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from spectral_jax.linen import SequenceClassifier, TransformerConfig
+        >>> model = SequenceClassifier(TransformerConfig(vocab_size=10, num_classes=3,
+        ...     max_length=8))
+        >>> tokens = jnp.array([[3, 4, 5, 0, 0, 0, 0, 0]])
+        >>> variables = model.init(jax.random.key(0), tokens, tokens > 0, deterministic=True)
+        >>> model.apply(variables, tokens, tokens > 0, deterministic=True).shape
+        (1, 3)
+    """
+
+    config: TransformerConfig
+
+    @nn.compact
+    def __call__(self, inputs: Array, mask: Array, *, deterministic: bool) -> Array:
+        """Same arguments, result and errors as the NNX ``SequenceClassifier.__call__``."""
+        model = nnx.bridge.to_linen(_nnx_models.SequenceClassifier, self.config, name="model")
+        return model(inputs, mask, deterministic=deterministic)
+
+
+class DualEncoderClassifier(nn.Module):
+    """Linen :class:`spectral_jax.nn.DualEncoderClassifier`: int ``(B, 2, L)`` → ``(B, C)``.
+
+    Attributes:
+        config: the model configuration (``max_length`` per document).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from spectral_jax.linen import DualEncoderClassifier, TransformerConfig
+        >>> model = DualEncoderClassifier(TransformerConfig(vocab_size=10, num_classes=2,
+        ...     max_length=4))
+        >>> tokens = jnp.array([[[3, 4, 0, 0], [5, 6, 7, 0]]])
+        >>> variables = model.init(jax.random.key(0), tokens, tokens > 0, deterministic=True)
+        >>> model.apply(variables, tokens, tokens > 0, deterministic=True).shape
+        (1, 2)
+    """
+
+    config: TransformerConfig
+
+    @nn.compact
+    def __call__(self, inputs: Array, mask: Array, *, deterministic: bool) -> Array:
+        """Same arguments, result and errors as the NNX ``DualEncoderClassifier.__call__``."""
+        model = nnx.bridge.to_linen(
+            _nnx_models.DualEncoderClassifier, self.config, name="model"
+        )
+        return model(inputs, mask, deterministic=deterministic)
+
+
+class MultiHeadAttention(nn.Module):
+    """Linen :class:`spectral_jax.nn.MultiHeadAttention` (self- or cross-attention).
+
+    Attributes:
+        num_heads: number of heads; must divide ``qkv_features``.
+        in_features: features of the inputs.
+        attention: registry name.
+        attention_kwargs: method parameters and module options as (name, value) pairs.
+        qkv_features: total query/key/value features (None: ``in_features``).
+        out_features: output features (None: ``in_features``).
+        dropout_rate: attention-weight dropout (softmax only).
+        use_bias: biases on the projections.
+        is_causal: causal attention (methods with a causal form only).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from spectral_jax.linen import MultiHeadAttention
+        >>> layer = MultiHeadAttention(2, 8, attention="softmax")
+        >>> x = jnp.ones((1, 5, 8))
+        >>> variables = layer.init(jax.random.key(0), x, deterministic=True)
+        >>> layer.apply(variables, x, deterministic=True).shape
+        (1, 5, 8)
+    """
+
+    num_heads: int
+    in_features: int
+    attention: str = "nystrom"
+    attention_kwargs: tuple[tuple[str, object], ...] = ()
+    qkv_features: int | None = None
+    out_features: int | None = None
+    dropout_rate: float = 0.0
+    use_bias: bool = True
+    is_causal: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        inputs_q: Array,
+        inputs_kv: Array | None = None,
+        *,
+        mask: Array | None = None,
+        deterministic: bool,
+    ) -> Array:
+        """Same arguments, result and errors as the NNX ``MultiHeadAttention.__call__``."""
+        layer = nnx.bridge.to_linen(
+            _nnx_models.MultiHeadAttention,
+            self.num_heads,
+            self.in_features,
+            attention=self.attention,
+            attention_kwargs=dict(self.attention_kwargs),
+            qkv_features=self.qkv_features,
+            out_features=self.out_features,
+            dropout_rate=self.dropout_rate,
+            use_bias=self.use_bias,
+            is_causal=self.is_causal,
+            name="attention",
+        )
+        return layer(inputs_q, inputs_kv, mask=mask, deterministic=deterministic)

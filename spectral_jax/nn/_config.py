@@ -31,6 +31,8 @@ class TransformerConfig:
         pooling: ``"cls"`` (prepend a learned CLS token, take its output) or ``"mean"`` (mean
           over valid tokens only).
         positional: ``"sinusoidal"`` (fixed) or ``"learned"``.
+        use_bias: biases on the query/key/value/output projections (LRA's JAX code: False;
+          the Nyströmformer/Skyformer PyTorch code: True).
         interaction: dual encoder only: ``"concat"`` ([u, v]) or ``"nli"`` ([u, v, u*v, u-v]).
         dtype: computation dtype (e.g. bfloat16); logits' log-softmax stays float32.
         param_dtype: parameter dtype.
@@ -51,6 +53,7 @@ class TransformerConfig:
     pooling: Literal["cls", "mean"] = "mean"
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
     interaction: Literal["concat", "nli"] = "concat"
+    use_bias: bool = True
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 

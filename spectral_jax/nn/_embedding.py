@@ -1,0 +1,147 @@
+"""Token embedding with sinusoidal or learned positions and an optional CLS token (LRA)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from spectral_jax.nn._rngs import stream
+
+Array = jax.Array
+
+_POSITIONAL = ("sinusoidal", "learned")
+
+
+def sinusoidal_positions(length: int, features: int) -> np.ndarray:
+    """The fixed sinusoidal position table of Vaswani et al. (2017), §3.5.
+
+    Even features are ``sin(p / 10000^(2i/features))``, odd ones the matching ``cos``, as in
+    LRA's ``AddPositionEmbs`` (``lra_benchmarks/models/layers/common_layers.py``).
+
+    Args:
+        length: number of positions.
+        features: embedding width (even or odd).
+
+    Returns:
+        float32 numpy array ``(length, features)``.
+
+    Example:
+        >>> [round(float(v), 4) for v in sinusoidal_positions(3, 4)[1, :2]]
+        [0.8415, 0.5403]
+    """
+    position = np.arange(length, dtype=np.float64)[:, None]
+    div = np.exp(np.arange(0, features, 2) * (-np.log(10000.0) / features))
+    table = np.zeros((length, features), dtype=np.float64)
+    table[:, 0::2] = np.sin(position * div)
+    table[:, 1::2] = np.cos(position * div[: features // 2])
+    return table.astype(np.float32)
+
+
+class TokenEmbedding(nnx.Module):
+    """Token ids to vectors: embed, optionally prepend a learned CLS vector, add positions.
+
+    Follows LRA's ``transformer.py``: embedding init N(0, 1), no √d scaling; the CLS vector
+    (init zeros) is prepended before positions are added, so it takes position 0; learned
+    positions init N(0, 0.02); dropout after adding positions.
+
+    Args:
+        vocab_size: number of token ids.
+        features: embedding width.
+        max_length: longest token sequence (the CLS token adds one position).
+        positional: ``"sinusoidal"`` or ``"learned"``.
+        cls_token: prepend a learned CLS vector.
+        dropout_rate: dropout on the summed embeddings.
+        dtype: computation dtype.
+        param_dtype: parameter dtype.
+        rngs: ``"params"`` and ``"dropout"`` streams.
+
+    Raises:
+        ValueError: unknown ``positional``; a non-positive size.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> emb = TokenEmbedding(10, 4, 6, cls_token=True, rngs=nnx.Rngs(0))
+        >>> emb(jnp.ones((2, 5), jnp.int32), deterministic=True).shape
+        (2, 6, 4)
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        features: int,
+        max_length: int,
+        *,
+        positional: str = "sinusoidal",
+        cls_token: bool = False,
+        dropout_rate: float = 0.0,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        rngs: nnx.Rngs,
+    ) -> None:
+        for name, value in (("vocab_size", vocab_size), ("features", features),
+                            ("max_length", max_length)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}.")
+        if positional not in _POSITIONAL:
+            raise ValueError(f"positional must be one of {list(_POSITIONAL)}, got {positional!r}.")
+        self.max_length = max_length
+        self.positional = positional
+        self.dtype = dtype
+        self.embed = nnx.Embed(
+            vocab_size,
+            features,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            embedding_init=nnx.initializers.normal(1.0),
+            rngs=rngs,
+        )
+        self.cls = (
+            nnx.Param(jnp.zeros((1, 1, features), param_dtype)) if cls_token else None
+        )
+        positions = max_length + int(cls_token)
+        self.position_table = (
+            nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (positions, features),
+                                                    param_dtype))
+            if positional == "learned"
+            else None
+        )
+        self.dropout = nnx.Dropout(dropout_rate, rngs=stream(rngs, "dropout", "params"))
+
+    def __call__(self, inputs: Array, *, deterministic: bool) -> Array:
+        """Embeds ``inputs``.
+
+        Args:
+            inputs: int ``(batch, length)`` token ids, ``length <= max_length``.
+            deterministic: no dropout.
+
+        Returns:
+            ``(batch, length + cls, features)`` in the computation dtype; the CLS vector, if
+            any, at position 0.
+
+        Raises:
+            TypeError: non-integer ``inputs``.
+            ValueError: ``inputs`` not 2-D or longer than ``max_length``.
+        """
+        if not jnp.issubdtype(inputs.dtype, jnp.integer):
+            raise TypeError(f"inputs must be integer token ids, got dtype {inputs.dtype}.")
+        if inputs.ndim != 2 or inputs.shape[1] > self.max_length:
+            raise ValueError(
+                f"inputs must be (batch, length) with length <= max_length={self.max_length}, "
+                f"got shape {inputs.shape}."
+            )
+        x = self.embed(inputs)
+        if self.cls is not None:
+            cls = jnp.broadcast_to(self.cls[...], (x.shape[0], 1, x.shape[-1])).astype(x.dtype)
+            x = jnp.concatenate([cls, x], axis=1)
+        length = x.shape[1]
+        if self.position_table is None:
+            positions = jnp.asarray(sinusoidal_positions(length, x.shape[-1]))
+        else:
+            positions = self.position_table[:length]
+        x = x + positions.astype(x.dtype)[None]
+        return self.dropout(x, deterministic=deterministic)
