@@ -149,18 +149,20 @@ def padding_from_mask(
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
         raise TypeError(f"{method}(): `mask` must be boolean (True = attend); got {mask.dtype}.")
-    try:
-        mask = jnp.broadcast_to(mask, full)
-    except ValueError as e:
+    if mask.ndim > len(full) or any(
+        m not in (1, f) for m, f in zip(mask.shape[::-1], full[::-1])
+    ):
         raise ValueError(
             f"{method}(): `mask` of shape {mask.shape} does not broadcast to "
             f"(batch..., heads, q_len, kv_len) = {full}."
-        ) from e
-    query_valid = mask.any(axis=-1)
-    key_valid = mask.any(axis=-2)
+        )
+    # Reduce before broadcasting: a (B, 1, L, L) outer-product mask is never expanded to
+    # (B, H, L, L), and XLA fuses the outer product into these reductions.
+    query_valid = jnp.broadcast_to(mask.any(axis=-1), full[:-1])
+    key_valid = jnp.broadcast_to(mask.any(axis=-2), full[:-2] + full[-1:])
     if not isinstance(mask, jax.core.Tracer):
         outer = query_valid[..., :, None] & key_valid[..., None, :]
-        if not bool(jnp.array_equal(outer, mask)):
+        if not bool(jnp.array_equal(outer, jnp.broadcast_to(mask, full))):
             raise ValueError(
                 f"{method}(): `mask` must be a padding mask (q_valid[:, None] & "
                 "k_valid[None, :], as built by flax.nnx.make_attention_mask); got a mask that "
