@@ -1,0 +1,204 @@
+"""``spectral-jax bench speed | error | dump-qkv``: the benchmark subcommands.
+
+    spectral-jax bench speed --lengths 1024 2048 4096 8192 16384 --out benchmarks/speed_cpu
+    spectral-jax bench error --lengths 1024 --budgets 16 32 64 128 256 --out benchmarks/error
+    spectral-jax bench dump-qkv --workdir runs/listops_quick --out runs/listops_quick/qkv.npz
+    spectral-jax bench error --qkv runs/listops_quick/qkv.npz --out benchmarks/error_listops
+
+Each writes ``<out>.json`` and ``<out>.png`` (and prints a rich table). Bad arguments print
+one message and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from typing import Any
+
+_USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotImplementedError, KeyError)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(width=120)
+
+
+def _environment() -> dict[str, Any]:
+    import jax
+
+    device = jax.devices()[0]
+    return {"jax": jax.__version__, "backend": jax.default_backend(),
+            "device": getattr(device, "device_kind", str(device)),
+            "device_count": jax.device_count(), "host": platform.node(),
+            "cpu_count": __import__("os").cpu_count(), "python": platform.python_version()}
+
+
+def _speed(args: argparse.Namespace) -> int:
+    from spectral_jax.bench import report, speed
+
+    console = _console()
+    budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
+    if budget is None:
+        budget = speed.default_memory_budget_bytes()
+    console.print(f"memory budget {budget / 2**30:.2f} GiB; compiling every configuration "
+                  "first to read its peak memory")
+    records = speed.run_speed(
+        methods=args.methods, lengths=args.lengths, batch=args.batch, heads=args.heads,
+        head_dim=args.head_dim, dtype=args.dtype, num_landmarks=args.num_landmarks,
+        num_features=args.num_features, proj_len=args.proj_len, repeats=args.repeats,
+        warmup=args.warmup, memory_budget_bytes=budget, modes=args.modes,
+        run=not args.compile_only, progress=console.print,
+    )
+    records = speed.add_ratios(records)
+    config = {k: v for k, v in vars(args).items() if k != "func"}
+    config["memory_budget_bytes"] = budget
+    title = (f"bench speed: batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}, "
+             f"{args.dtype}, {args.num_landmarks} landmarks, {args.num_features} features, "
+             f"proj_len {args.proj_len}")
+    console.print(report.speed_table(records, title=title))
+    for note in report.speed_notes(records):
+        console.print(f"[yellow]{note}[/yellow]")
+    payload = {"kind": "speed", "config": config, "environment": _environment(),
+               "records": records}
+    json_path = report.write_json(f"{args.out}.json", payload)
+    png_path = report.plot_speed(records, f"{args.out}.png", title=title)
+    console.print(f"wrote {json_path} and {png_path}")
+    return 0
+
+
+def _error(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from spectral_jax.bench import error, report
+
+    console = _console()
+    qkv = None
+    if args.qkv is not None:
+        with np.load(args.qkv) as data:
+            missing = {"query", "key", "value"} - set(data.files)
+            if missing:
+                raise ValueError(f"--qkv {args.qkv}: missing arrays {sorted(missing)}; "
+                                 "write the file with `spectral-jax bench dump-qkv`.")
+            qkv = error.QKV(data["query"], data["key"], data["value"],
+                            data["mask"] if "mask" in data.files else None, name="checkpoint")
+    records = []
+    for length in args.lengths if qkv is None else [None]:
+        sizes = {} if length is None else {"length": length}  # qkv fixes its own length
+        records += error.run_error(
+            methods=args.methods, budgets=args.budgets, regimes=args.regimes, seeds=args.seeds,
+            **sizes, heads=args.heads, head_dim=args.head_dim, batch=args.batch,
+            matrix_max_length=args.matrix_max_length, sharpness=args.sharpness,
+            linformer_init=args.linformer_init, qkv=qkv, progress=console.print,
+        )
+    rows = []
+    for length in dict.fromkeys(r["length"] for r in records):
+        sub = error.summarize([r for r in records if r["length"] == length])
+        rows += [{**row, "length": length} for row in sub]
+        console.print(report.error_table(sub, title=f"bench error, n = {length}"))
+    config = {k: v for k, v in vars(args).items() if k != "func"}
+    payload = {"kind": "error", "config": config, "environment": _environment(),
+               "summary": rows, "records": records}
+    json_path = report.write_json(f"{args.out}.json", payload)
+    last = max(r["length"] for r in rows)
+    png_path = report.plot_error([r for r in rows if r["length"] == last], f"{args.out}.png",
+                                 metric=args.plot_metric,
+                                 title=f"relative {args.plot_metric} error, n = {last}")
+    console.print(f"wrote {json_path} and {png_path}")
+    return 0
+
+
+def _dump_qkv(args: argparse.Namespace) -> int:
+    from spectral_jax.bench import dump
+
+    path = dump.dump_qkv(args.workdir, args.out, layer=args.layer, num_examples=args.examples,
+                         split=args.split, checkpoint=args.checkpoint)
+    print(f"wrote {path}")
+    return 0
+
+
+def _guard(fn: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except _USER_ERRORS as err:
+            print(f"spectral-jax bench {args.bench_command}: error: {err}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def add_parser(subparsers: Any) -> None:
+    """Registers ``bench`` with the ``speed``, ``error`` and ``dump-qkv`` subcommands.
+
+    Args:
+      subparsers: the object returned by ``ArgumentParser.add_subparsers``.
+
+    Example:
+      >>> import argparse
+      >>> from spectral_jax.bench.cli import add_parser
+      >>> parser = argparse.ArgumentParser(); add_parser(parser.add_subparsers(dest="command"))
+      >>> parser.parse_args(["bench", "speed", "--lengths", "64"]).lengths
+      [64]
+    """
+    from spectral_jax.attention import available_attentions
+
+    names = available_attentions()
+    bench = subparsers.add_parser("bench", help="speed, memory and approximation-error benchmarks")
+    sub = bench.add_subparsers(dest="bench_command", required=True)
+
+    sp = sub.add_parser("speed", help="time and peak memory of every method vs exact attention")
+    sp.add_argument("--methods", nargs="+", choices=names, default=list(names))
+    sp.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048, 4096, 8192, 16384])
+    sp.add_argument("--batch", type=int, default=1)
+    sp.add_argument("--heads", type=int, default=4)
+    sp.add_argument("--head-dim", type=int, default=64)
+    sp.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    sp.add_argument("--num-landmarks", type=int, default=64,
+                    help="Nyström, spectral shift and Skyformer landmarks")
+    sp.add_argument("--num-features", type=int, default=256, help="Performer random features")
+    sp.add_argument("--proj-len", type=int, default=256, help="Linformer projected length")
+    sp.add_argument("--repeats", type=int, default=5, help="timed calls; the median is reported")
+    sp.add_argument("--warmup", type=int, default=1, help="untimed calls before timing")
+    sp.add_argument("--modes", nargs="+", choices=("fwd", "fwd_bwd"), default=["fwd", "fwd_bwd"])
+    sp.add_argument("--memory-budget-gb", type=float, default=None,
+                    help="skip configurations whose compiled peak exceeds this many GiB "
+                         "(default: the accelerator's memory limit, else the host's RAM)")
+    sp.add_argument("--compile-only", action="store_true",
+                    help="compile and report memory without timing anything")
+    sp.add_argument("--out", default="bench_speed", help="writes OUT.json and OUT.png")
+    sp.set_defaults(func=_guard(_speed))
+
+    er = sub.add_parser("error", help="approximation error vs exact attention, per budget")
+    er.add_argument("--methods", nargs="+", choices=names,
+                    default=["nystrom", "spectral_shift", "skyformer", "performer", "linformer",
+                             "linear"])
+    er.add_argument("--budgets", nargs="+", type=int, default=[16, 32, 64, 128, 256],
+                    help="num_landmarks / num_features / proj_len values")
+    er.add_argument("--regimes", nargs="+", choices=("diffuse", "sharp", "random_walk"),
+                    default=["diffuse", "sharp", "random_walk"])
+    er.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    er.add_argument("--lengths", nargs="+", type=int, default=[1024])
+    er.add_argument("--batch", type=int, default=1)
+    er.add_argument("--heads", type=int, default=2)
+    er.add_argument("--head-dim", type=int, default=64)
+    er.add_argument("--sharpness", type=float, default=2.0, help="norm scale of q = k ('sharp')")
+    er.add_argument("--matrix-max-length", type=int, default=2048,
+                    help="implicit-matrix (Frobenius, spectral) errors only up to this n")
+    er.add_argument("--linformer-init", choices=("pool", "random"), default="pool")
+    er.add_argument("--qkv", default=None,
+                    help="an .npz from `bench dump-qkv`: use these inputs instead of regimes")
+    er.add_argument("--plot-metric", choices=("output", "frobenius", "spectral"),
+                    default="output")
+    er.add_argument("--out", default="bench_error", help="writes OUT.json and OUT.png")
+    er.set_defaults(func=_guard(_error))
+
+    dq = sub.add_parser("dump-qkv", help="capture q/k/v of one attention layer of a trained run")
+    dq.add_argument("--workdir", required=True, help="a `spectral-jax train` run directory")
+    dq.add_argument("--out", required=True, help="destination .npz")
+    dq.add_argument("--layer", type=int, default=0, help="encoder layer index")
+    dq.add_argument("--examples", type=int, default=4, help="evaluation examples to run")
+    dq.add_argument("--split", default="test", help="data split the examples come from")
+    dq.add_argument("--checkpoint", default="best", help="best, latest or a step number")
+    dq.set_defaults(func=_guard(_dump_qkv))

@@ -1,0 +1,244 @@
+"""Tables (rich), plots (matplotlib, Agg) and JSON files for the benchmark results."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: benchmarks run headless, also on GPU hosts.
+
+import matplotlib.pyplot as plt  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+_MODE_LABEL = {"fwd": "forward", "fwd_bwd": "forward+backward"}
+
+
+def _fmt(value: float | None, spec: str, missing: str = "—") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return missing
+    return format(value, spec)
+
+
+def write_json(path: str | pathlib.Path, payload: dict[str, Any]) -> pathlib.Path:
+    """Writes ``payload`` as indented JSON (NaN becomes null), creating parent folders.
+
+    Args:
+      path: destination file.
+      payload: JSON-serialisable dict; float NaN values are written as ``null``.
+
+    Returns:
+      The path written.
+
+    Example:
+      >>> import tempfile, json, pathlib
+      >>> from spectral_jax.bench.report import write_json
+      >>> p = write_json(pathlib.Path(tempfile.mkdtemp()) / "a.json", {"x": float("nan")})
+      >>> json.loads(p.read_text())
+      {'x': None}
+    """
+    def clean(obj: Any) -> Any:
+        if isinstance(obj, float) and math.isnan(obj):
+            return None
+        if isinstance(obj, dict):
+            return {k: clean(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [clean(v) for v in obj]
+        return obj
+
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(clean(payload), indent=2) + "\n")
+    return path
+
+
+def speed_table(records: Sequence[dict[str, Any]], title: str = "bench speed") -> Table:
+    """A rich table of :func:`speed.add_ratios` records, one row per (length, method).
+
+    Columns: forward and forward+backward median times (ms), forward+backward peak memory
+    (MiB), forward+backward time and memory as a ratio to exact attention at the same
+    length, and the forward+backward growth factor per doubling of length.
+
+    Example:
+      >>> from spectral_jax.bench.report import speed_table
+      >>> speed_table([]).row_count
+      0
+    """
+    table = Table(title=title)
+    for column in ("n", "method", "fwd ms", "fwd+bwd ms", "peak MiB", "time/exact",
+                   "mem/exact", "growth/2×n"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    rows: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
+    for r in records:
+        rows.setdefault((r["length"], r["method"]), {})[r["mode"]] = r
+    for (n, method), modes in rows.items():
+        fwd, both = modes.get("fwd", {}), modes.get("fwd_bwd", {})
+        main = both or fwd
+        time_ms = lambda r: None if r.get("time_s") is None else 1e3 * r["time_s"]  # noqa: E731
+        skipped = main.get("skipped")
+        peak = main.get("peak_bytes")
+        table.add_row(
+            str(n), method,
+            _fmt(time_ms(fwd), ".2f", "skipped" if fwd.get("skipped") else "—"),
+            _fmt(time_ms(both), ".2f", "skipped" if both.get("skipped") else "—"),
+            _fmt(None if peak is None else peak / 2**20, ".1f"),
+            _fmt(main.get("time_ratio"), ".3f"),
+            _fmt(main.get("memory_ratio"), ".3f"),
+            _fmt(main.get("growth_per_doubling"), ".2f") if not skipped else "—",
+        )
+    return table
+
+
+def speed_notes(records: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per skipped configuration, saying why (e.g. it would not fit in memory).
+
+    Example:
+      >>> from spectral_jax.bench.report import speed_notes
+      >>> speed_notes([{"method": "softmax", "mode": "fwd", "length": 8, "skipped": "too big"}])
+      ['skipped softmax fwd at n=8: too big']
+    """
+    return [f"skipped {r['method']} {r['mode']} at n={r['length']}: {r['skipped']}"
+            for r in records if r.get("skipped")]
+
+
+def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
+               title: str = "") -> pathlib.Path:
+    """Log-log plots of time and peak memory against length, one line per method.
+
+    Left: forward+backward (or forward) median time in seconds; right: compiled peak memory
+    in MiB. Skipped configurations are absent from the lines.
+
+    Args:
+      records: :func:`speed.run_speed` records.
+      path: PNG destination.
+      title: figure title.
+
+    Returns:
+      The path written.
+
+    Example:
+      >>> import tempfile, pathlib
+      >>> from spectral_jax.bench.report import plot_speed
+      >>> recs = [dict(method="softmax", length=n, mode="fwd", time_s=n * 1e-6,
+      ...              peak_bytes=n * 4) for n in (8, 16)]
+      >>> plot_speed(recs, pathlib.Path(tempfile.mkdtemp()) / "s.png").exists()
+      True
+    """
+    modes = {r["mode"] for r in records}
+    mode = "fwd_bwd" if "fwd_bwd" in modes else "fwd"
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for method in dict.fromkeys(r["method"] for r in records):
+        pts = sorted((r["length"], r) for r in records
+                     if r["method"] == method and r["mode"] == mode)
+        timed = [(n, r["time_s"]) for n, r in pts if r.get("time_s")]
+        sized = [(n, r["peak_bytes"] / 2**20) for n, r in pts
+                 if r.get("peak_bytes") is not None and not r.get("skipped")]
+        style = dict(marker="o", linewidth=2.5 if method == "softmax" else 1.5)
+        if timed:
+            ax_t.plot(*zip(*timed), label=method, **style)
+        if sized:
+            ax_m.plot(*zip(*sized), label=method, **style)
+    for ax, ylabel in ((ax_t, f"{_MODE_LABEL[mode]} time (s)"), (ax_m, "peak memory (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length n")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+    if ax_t.get_legend_handles_labels()[0]:
+        ax_t.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def error_table(rows: Sequence[dict[str, Any]], title: str = "bench error") -> Table:
+    """A rich table of :func:`error.summarize` rows: mean ± std over seeds of each metric.
+
+    Example:
+      >>> from spectral_jax.bench.report import error_table
+      >>> error_table([]).row_count
+      0
+    """
+    table = Table(title=title)
+    for column in ("regime", "method", "budget", "seeds", "output err", "frobenius err",
+                   "spectral err"):
+        table.add_column(column, justify="left" if column in ("regime", "method") else "right")
+    for r in rows:
+        cells = [f"{_fmt(r[f'{m}_mean'], '.4f')} ± {_fmt(r[f'{m}_std'], '.4f')}"
+                 if not math.isnan(r[f"{m}_mean"]) else "—"
+                 for m in ("output", "frobenius", "spectral")]
+        table.add_row(r["regime"], r["method"], _fmt(r["budget"], "d"), str(r["seeds"]), *cells)
+    return table
+
+
+def plot_error(rows: Sequence[dict[str, Any]], path: str | pathlib.Path,
+               metric: str = "output", title: str = "") -> pathlib.Path:
+    """Error against budget (log-log), one panel per regime, error bars = std over seeds.
+
+    Methods without a budget are drawn as horizontal dashed lines.
+
+    Args:
+      rows: :func:`error.summarize` rows.
+      path: PNG destination.
+      metric: ``"output"``, ``"frobenius"`` or ``"spectral"``.
+      title: figure title.
+
+    Returns:
+      The path written.
+
+    Raises:
+      ValueError: unknown ``metric``.
+
+    Example:
+      >>> import tempfile, pathlib
+      >>> from spectral_jax.bench.report import plot_error
+      >>> rows = [dict(regime="diffuse", method="nystrom", budget=b, output_mean=1 / b,
+      ...              output_std=0.0) for b in (8, 16)]
+      >>> plot_error(rows, pathlib.Path(tempfile.mkdtemp()) / "e.png").exists()
+      True
+    """
+    if metric not in ("output", "frobenius", "spectral"):
+        raise ValueError(f"`metric` must be output, frobenius or spectral; got {metric!r}.")
+    regimes = list(dict.fromkeys(r["regime"] for r in rows))
+    fig, axes = plt.subplots(1, max(len(regimes), 1), figsize=(4.6 * max(len(regimes), 1), 4),
+                             squeeze=False)
+    for ax, regime in zip(axes[0], regimes):
+        sub = [r for r in rows if r["regime"] == regime]
+        budgets = sorted({r["budget"] for r in sub if r["budget"] is not None})
+        for method in dict.fromkeys(r["method"] for r in sub):
+            pts = [r for r in sub if r["method"] == method
+                   and not math.isnan(r[f"{metric}_mean"])]
+            if not pts:
+                continue
+            if pts[0]["budget"] is None:
+                if budgets:
+                    ax.hlines(pts[0][f"{metric}_mean"], budgets[0], budgets[-1],
+                              linestyles="dashed", label=method, colors="gray")
+                continue
+            pts.sort(key=lambda r: r["budget"])
+            ax.errorbar([r["budget"] for r in pts], [r[f"{metric}_mean"] for r in pts],
+                        yerr=[r[f"{metric}_std"] for r in pts], marker="o", capsize=3,
+                        label=method)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(regime)
+        ax.set_xlabel("budget (landmarks / features / proj_len)")
+        ax.set_ylabel(f"relative {metric} error")
+        ax.grid(True, which="both", alpha=0.3)
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

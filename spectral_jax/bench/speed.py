@@ -1,0 +1,308 @@
+"""`bench speed`: forward and forward+backward time and compiled peak memory per method.
+
+Everything is compiled first and its memory read from ``memory_analysis()``; only the
+configurations that fit in the memory budget are then run, so an exact attention that would
+exhaust memory is skipped with a note instead of killing the process.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spectral_jax.attention import available_attentions
+from spectral_jax.bench import methods as methods_lib
+
+Array = jax.Array
+
+MODES = ("fwd", "fwd_bwd")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+EXACT = "softmax"
+
+
+def default_memory_budget_bytes(device: jax.Device | None = None) -> int:
+    """The memory a benchmark may use: the accelerator's limit, or the host's physical RAM.
+
+    Args:
+      device: the device to run on; default ``jax.devices()[0]``.
+
+    Returns:
+      Bytes: ``memory_stats()["bytes_limit"]`` on GPU/TPU, else total host RAM from
+      ``os.sysconf``.
+
+    Example:
+      >>> from spectral_jax.bench.speed import default_memory_budget_bytes
+      >>> default_memory_budget_bytes() > 2**20
+      True
+    """
+    device = device or jax.devices()[0]
+    if device.platform != "cpu":
+        stats = device.memory_stats() or {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"])
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def peak_bytes(compiled: jax.stages.Compiled) -> int:
+    """Peak device memory of a compiled function from XLA's buffer assignment.
+
+    Arguments + outputs + temporaries − aliased bytes; ``peak_memory_in_bytes`` when XLA
+    reports a larger value (on CPU it counts only arguments and outputs).
+
+    Args:
+      compiled: ``jax.jit(f).lower(...).compile()``.
+
+    Returns:
+      Bytes, an int.
+
+    Raises:
+      NotImplementedError: the backend gives no memory analysis.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from spectral_jax.bench.speed import peak_bytes
+      >>> c = jax.jit(lambda x: x @ x).lower(jnp.ones((256, 256))).compile()
+      >>> peak_bytes(c) >= 2 * 256 * 256 * 4
+      True
+    """
+    stats = compiled.memory_analysis()
+    if stats is None:
+        raise NotImplementedError(
+            f"memory_analysis() is not available on backend {jax.default_backend()!r}."
+        )
+    total = (stats.argument_size_in_bytes + stats.output_size_in_bytes
+             + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+    return int(max(total, getattr(stats, "peak_memory_in_bytes", 0)))
+
+
+def benchmark_function(name: str, mode: str, budget: int | None) -> Callable[..., Any]:
+    """The function ``bench speed`` times: forward, or forward + gradient w.r.t. q, k, v.
+
+    Args:
+      name: a registered method name.
+      mode: ``"fwd"`` or ``"fwd_bwd"``.
+      budget: num_landmarks for landmark methods; other budgets live in the state.
+
+    Returns:
+      ``f(query, key, value, state)``; for ``"fwd_bwd"`` it returns the three gradients of
+      the float32 sum of the output.
+
+    Raises:
+      ValueError: unknown ``name`` or ``mode``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from spectral_jax.bench.speed import benchmark_function
+      >>> x = jnp.ones((1, 16, 2, 8))
+      >>> [g.shape for g in benchmark_function("linear", "fwd_bwd", None)(x, x, x, {})]
+      [(1, 16, 2, 8), (1, 16, 2, 8), (1, 16, 2, 8)]
+    """
+    if mode not in MODES:
+        raise ValueError(f"`mode` must be one of {MODES}; got {mode!r}.")
+    fn = methods_lib.bind(name, budget)
+    if mode == "fwd":
+        return fn
+
+    def loss(query: Array, key: Array, value: Array, state: dict[str, Array]) -> Array:
+        return jnp.sum(fn(query, key, value, state).astype(jnp.float32))
+
+    return jax.grad(loss, argnums=(0, 1, 2))
+
+
+def _budget(name: str, num_landmarks: int, num_features: int, proj_len: int) -> int | None:
+    param = methods_lib.BUDGET_PARAMS[name]
+    return {"num_landmarks": num_landmarks, "num_features": num_features,
+            "proj_len": proj_len, None: None}[param]
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
+
+
+def run_speed(
+    *,
+    methods: Sequence[str] | None = None,
+    lengths: Sequence[int] = (1024, 2048, 4096, 8192, 16384),
+    batch: int = 1,
+    heads: int = 4,
+    head_dim: int = 64,
+    dtype: str = "float32",
+    num_landmarks: int = 64,
+    num_features: int = 256,
+    proj_len: int = 256,
+    repeats: int = 5,
+    warmup: int = 1,
+    memory_budget_bytes: int | None = None,
+    modes: Sequence[str] = MODES,
+    run: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Compiles every (length, method, mode), reads its peak memory, then times what fits.
+
+    Exact attention (``"softmax"``, i.e. ``jax.nn.dot_product_attention``) is always included
+    so that ratios can be formed. Timing: ``warmup`` untimed calls, then the median wall time
+    of ``repeats`` calls, each ended by ``block_until_ready``.
+
+    Args:
+      methods: registered names; default all of them. ``"softmax"`` is added if absent.
+      lengths: sequence lengths n.
+      batch, heads, head_dim: input layout ``(batch, n, heads, head_dim)``.
+      dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (inputs and outputs).
+      num_landmarks: Nyström, spectral shift and Skyformer.
+      num_features: Performer's random features.
+      proj_len: Linformer's projected length.
+      repeats: timed calls per configuration (≥ 1).
+      warmup: untimed calls first (≥ 0).
+      memory_budget_bytes: skip configurations whose compiled peak exceeds it; default
+        :func:`default_memory_budget_bytes`.
+      modes: subset of ``MODES``.
+      run: if False only compile and read memory (no timing); used by tests and dry runs.
+      progress: called with one line per event (skips included).
+
+    Returns:
+      Records ``{"method", "length", "mode", "peak_bytes", "temp_bytes", "time_s" (median,
+      seconds, None if not run), "times_s", "skipped" (None or the reason), "budget",
+      "compile_s"}``.
+
+    Raises:
+      ValueError: unknown method, mode or dtype; non-positive sizes, repeats or budget.
+
+    Example:
+      >>> from spectral_jax.bench.speed import run_speed
+      >>> recs = run_speed(methods=["linear"], lengths=[64], heads=1, head_dim=8,
+      ...                  repeats=1, modes=["fwd"])
+      >>> sorted(r["method"] for r in recs)
+      ['linear', 'softmax']
+    """
+    methods = methods_lib.check_methods(methods or available_attentions())
+    if EXACT not in methods:
+        methods = (EXACT, *methods)
+    if dtype not in DTYPES:
+        raise ValueError(f"`dtype` must be one of {tuple(DTYPES)}; got {dtype!r}.")
+    for mode in modes:
+        if mode not in MODES:
+            raise ValueError(f"`modes`: {mode!r} is not one of {MODES}.")
+    lengths = tuple(lengths)
+    if not lengths:
+        raise ValueError("`lengths` is empty; give at least one sequence length.")
+    for name, value in (("batch", batch), ("heads", heads), ("head_dim", head_dim),
+                        ("num_landmarks", num_landmarks), ("num_features", num_features),
+                        ("proj_len", proj_len), ("repeats", repeats),
+                        *((f"lengths[{i}]", n) for i, n in enumerate(lengths))):
+        _check_positive(name, value)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"`warmup` must be an int >= 0; got {warmup!r}.")
+    if memory_budget_bytes is None:
+        memory_budget_bytes = default_memory_budget_bytes()
+    _check_positive("memory_budget_bytes", memory_budget_bytes)
+    say = progress or (lambda message: None)
+    jdtype = DTYPES[dtype]
+
+    # Phase 1: compile everything and read memory; nothing has been executed yet.
+    plan: list[tuple[dict[str, Any], jax.stages.Compiled | None, dict[str, Array]]] = []
+    for n in lengths:
+        spec = jax.ShapeDtypeStruct((batch, n, heads, head_dim), jdtype)
+        for name in methods:
+            budget = _budget(name, num_landmarks, num_features, proj_len)
+            state = methods_lib.make_state(name, jax.random.key(0), budget=budget, length=n,
+                                           head_dim=head_dim)
+            state_spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state)
+            for mode in modes:
+                record: dict[str, Any] = {
+                    "method": name, "length": n, "mode": mode, "budget": budget,
+                    "peak_bytes": None, "temp_bytes": None, "time_s": None, "times_s": [],
+                    "skipped": None, "compile_s": None,
+                }
+                start = time.perf_counter()
+                try:
+                    compiled = jax.jit(benchmark_function(name, mode, budget)).lower(
+                        spec, spec, spec, state_spec).compile()
+                except ValueError as err:  # e.g. a budget larger than this length allows
+                    record["skipped"] = f"does not compile at n={n}: {err}"
+                    say(f"skip {name} {mode} n={n}: {record['skipped']}")
+                    plan.append((record, None, state))
+                    continue
+                record["compile_s"] = time.perf_counter() - start
+                record["peak_bytes"] = peak_bytes(compiled)
+                record["temp_bytes"] = int(compiled.memory_analysis().temp_size_in_bytes)
+                if record["peak_bytes"] > memory_budget_bytes:
+                    record["skipped"] = (
+                        f"needs {record['peak_bytes'] / 2**30:.2f} GiB > budget "
+                        f"{memory_budget_bytes / 2**30:.2f} GiB"
+                    )
+                    say(f"skip {name} {mode} n={n}: {record['skipped']}")
+                    compiled = None
+                plan.append((record, compiled, state))
+
+    # Phase 2: time what fits.
+    records = []
+    for record, compiled, state in plan:
+        records.append(record)
+        if compiled is None or not run:
+            continue
+        keys = jax.random.split(jax.random.key(record["length"]), 3)
+        shape = (batch, record["length"], heads, head_dim)
+        q, k, v = (jax.random.normal(key, shape, jnp.float32).astype(jdtype) for key in keys)
+        for _ in range(warmup):
+            jax.block_until_ready(compiled(q, k, v, state))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(q, k, v, state))
+            times.append(time.perf_counter() - start)
+        record["times_s"] = times
+        record["time_s"] = statistics.median(times)
+        say(f"{record['method']} {record['mode']} n={record['length']}: "
+            f"{1e3 * record['time_s']:.2f} ms, peak {record['peak_bytes'] / 2**20:.1f} MiB")
+        del q, k, v
+    return records
+
+
+def add_ratios(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Adds ratios to exact attention and the growth factor per doubling of length.
+
+    For each record: ``time_ratio`` = time / exact's time and ``memory_ratio`` = peak /
+    exact's peak at the same length and mode (None where exact was skipped or not run), and
+    ``growth_per_doubling`` = (t(n) / t(n_prev))^(1 / log2(n / n_prev)) against the same
+    method and mode at the next shorter measured length (None for the first).
+
+    Args:
+      records: output of :func:`run_speed`.
+
+    Returns:
+      New records with the three keys added.
+
+    Example:
+      >>> from spectral_jax.bench.speed import add_ratios
+      >>> recs = [dict(method=m, length=n, mode="fwd", time_s=t, peak_bytes=p)
+      ...         for m, n, t, p in [("softmax", 8, 1.0, 4), ("softmax", 16, 4.0, 16),
+      ...                            ("linear", 8, 0.5, 2), ("linear", 16, 1.0, 4)]]
+      >>> [(r["time_ratio"], r["growth_per_doubling"]) for r in add_ratios(recs)]
+      [(1.0, None), (1.0, 4.0), (0.5, None), (0.25, 2.0)]
+    """
+    by_key = {(r["method"], r["length"], r["mode"]): r for r in records}
+    out = []
+    for r in records:
+        r = dict(r)
+        exact = by_key.get((EXACT, r["length"], r["mode"]))
+        r["time_ratio"] = r["memory_ratio"] = r["growth_per_doubling"] = None
+        if exact is not None and exact.get("time_s") and r.get("time_s"):
+            r["time_ratio"] = r["time_s"] / exact["time_s"]
+        if exact is not None and exact.get("peak_bytes") and r.get("peak_bytes") is not None:
+            r["memory_ratio"] = r["peak_bytes"] / exact["peak_bytes"]
+        shorter = [n for (m, n, mode) in by_key if m == r["method"] and mode == r["mode"]
+                   and n < r["length"] and by_key[(m, n, mode)].get("time_s")]
+        if shorter and r.get("time_s"):
+            prev = by_key[(r["method"], max(shorter), r["mode"])]
+            octaves = np.log2(r["length"] / prev["length"])
+            r["growth_per_doubling"] = float((r["time_s"] / prev["time_s"]) ** (1 / octaves))
+        out.append(r)
+    return out

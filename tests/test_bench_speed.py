@@ -1,0 +1,99 @@
+"""bench speed: memory analysis before running, skipping, ratios, and compiling every path."""
+
+from __future__ import annotations
+
+import statistics
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from spectral_jax.attention import available_attentions
+from spectral_jax.bench import speed
+
+SMALL = dict(heads=2, head_dim=16, num_landmarks=8, num_features=16, proj_len=16)
+
+
+def test_peak_bytes_counts_arguments_outputs_and_temporaries():
+    compiled = jax.jit(lambda x: jnp.exp(x @ x) @ x).lower(jnp.ones((256, 256))).compile()
+    # 256 KiB argument + 256 KiB output + at least one 256 KiB temporary (exp(x @ x)).
+    assert speed.peak_bytes(compiled) >= 3 * 256 * 256 * 4
+
+
+def test_every_benchmarked_function_compiles_forward_and_backward():
+    # The GPU runs these same functions (and jax.nn.dot_product_attention may pick cuDNN
+    # there): every method and mode must lower and compile, without running.
+    records = speed.run_speed(lengths=[64], run=False, **SMALL)
+    assert {r["method"] for r in records} == set(available_attentions())
+    assert {(r["method"], r["mode"]) for r in records} == {
+        (m, mode) for m in available_attentions() for mode in speed.MODES}
+    for r in records:
+        assert r["skipped"] is None and r["time_s"] is None, r
+        assert r["peak_bytes"] >= 3 * 64 * 2 * 16 * 4  # at least q, k, v
+
+
+def test_exact_memory_is_quadratic_nystrom_is_not():
+    records = speed.run_speed(methods=["softmax", "nystrom"], lengths=[512, 1024], run=False,
+                              modes=["fwd"], **SMALL)
+    temp = {(r["method"], r["length"]): r["temp_bytes"] for r in records}
+    assert temp[("softmax", 1024)] >= 3.5 * temp[("softmax", 512)]
+    assert temp[("nystrom", 1024)] <= 2.5 * temp[("nystrom", 512)]
+
+
+def test_exact_attention_that_does_not_fit_is_skipped_before_running():
+    # Exact forward+backward at n = 16384 with 4 heads needs > 8 GiB: it is only compiled
+    # (no 16384² buffer is ever allocated) and reported as skipped.
+    records = speed.run_speed(methods=["softmax"], lengths=[16384], modes=["fwd_bwd"],
+                              heads=4, head_dim=64, memory_budget_bytes=8 * 2**30)
+    (r,) = records
+    assert r["peak_bytes"] > 8 * 2**30
+    assert r["time_s"] is None and r["times_s"] == []
+    assert "GiB > budget 8.00 GiB" in r["skipped"]
+
+
+def test_timing_is_the_median_of_repeats_and_small_configs_run():
+    records = speed.run_speed(methods=["linear"], lengths=[32, 64], modes=["fwd"], repeats=3,
+                              warmup=1, **SMALL)
+    assert len(records) == 4
+    for r in records:
+        assert len(r["times_s"]) == 3 and r["time_s"] == statistics.median(r["times_s"]) > 0
+
+
+def test_add_ratios_hand_computed():
+    recs = [
+        dict(method="softmax", length=1024, mode="fwd_bwd", time_s=1.0, peak_bytes=100),
+        dict(method="softmax", length=4096, mode="fwd_bwd", time_s=16.0, peak_bytes=1600),
+        dict(method="nystrom", length=1024, mode="fwd_bwd", time_s=0.1, peak_bytes=10),
+        dict(method="nystrom", length=4096, mode="fwd_bwd", time_s=0.4, peak_bytes=40),
+        dict(method="softmax", length=8192, mode="fwd_bwd", time_s=None, peak_bytes=6400,
+             skipped="too big"),
+        dict(method="nystrom", length=8192, mode="fwd_bwd", time_s=0.8, peak_bytes=80),
+    ]
+    out = {(r["method"], r["length"]): r for r in speed.add_ratios(recs)}
+    assert out[("nystrom", 4096)]["time_ratio"] == pytest.approx(0.025)
+    assert out[("nystrom", 4096)]["memory_ratio"] == pytest.approx(40 / 1600)
+    assert out[("softmax", 4096)]["growth_per_doubling"] == pytest.approx(4.0)  # 16× over 2 doublings
+    assert out[("nystrom", 4096)]["growth_per_doubling"] == pytest.approx(2.0)
+    assert out[("nystrom", 8192)]["time_ratio"] is None  # exact did not run
+    assert out[("nystrom", 8192)]["memory_ratio"] == pytest.approx(80 / 6400)
+    assert out[("nystrom", 1024)]["growth_per_doubling"] is None
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="dtype"):
+        speed.run_speed(methods=["linear"], lengths=[8], dtype="int8")
+    with pytest.raises(ValueError, match="lengths"):
+        speed.run_speed(methods=["linear"], lengths=[])
+    with pytest.raises(ValueError, match="repeats"):
+        speed.run_speed(methods=["linear"], lengths=[8], repeats=0)
+    with pytest.raises(ValueError, match="mode"):
+        speed.run_speed(methods=["linear"], lengths=[8], modes=["bwd"])
+    with pytest.raises(ValueError, match="Unknown attention"):
+        speed.run_speed(methods=["flash"], lengths=[8])
+
+
+def test_default_memory_budget_is_host_ram_on_cpu():
+    import os
+
+    assert speed.default_memory_budget_bytes() == os.sysconf("SC_PAGE_SIZE") * os.sysconf(
+        "SC_PHYS_PAGES")
