@@ -1,0 +1,189 @@
+"""``spectral-jax train | eval | table``: the training subcommands.
+
+    spectral-jax train --config configs/lra/listops.py:quick --workdir runs/listops_quick
+    spectral-jax train --config configs/lra/text.py:attention=nystrom,protocol=small \\
+        --config.train.steps=200 --config.data.dir=/data/lra_release --workdir runs/text_nys
+    spectral-jax eval --workdir runs/listops_quick [--checkpoint best|latest|STEP] [--split test]
+    spectral-jax table runs/*
+
+``--config FILE.py[:ARG]`` calls ``get_config(ARG)`` of the file; every ``--config.a.b=VALUE``
+then overrides one field (VALUE is a Python literal, else a string), as with
+``ml_collections.config_flags`` but without absl. Errors in the config, the data directory or
+the workdir print one message and exit with status 2; a diverged run exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import os
+import sys
+from typing import Any
+
+import ml_collections
+from ml_collections.config_flags import config_path
+
+_USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotImplementedError, KeyError)
+
+
+def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDict:
+    """Loads ``FILE.py[:ARG]`` and applies ``a.b=VALUE`` overrides.
+
+    Args:
+        spec: path of a config file defining ``get_config(arg)``, optionally ``:arg``.
+        overrides: ``"a.b=VALUE"`` strings; VALUE is parsed as a Python literal (``true`` /
+          ``false`` / ``none`` too), else kept as a string; the field must exist and the type
+          must match (an int for a float field is fine).
+
+    Returns:
+        The config.
+
+    Raises:
+        FileNotFoundError: no such config file.
+        ValueError: a file without ``get_config``, a malformed override, an unknown field or a
+          value of the wrong type.
+
+    Example:
+        >>> cfg = load_config("configs/lra/listops.py:quick", ["train.steps=10"])
+        >>> cfg.train.steps
+        10
+    """
+    path, _, arg = spec.partition(":")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--config {spec!r}: no config file at {path!r}")
+    module_spec = importlib.util.spec_from_file_location("_spectral_jax_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise ValueError(f"--config {spec!r}: {path} defines no get_config(arg)")
+    config = module.get_config(arg or None)
+    for override in overrides:
+        key, sep, raw = override.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--config.{override}: expected --config.FIELD=VALUE")
+        value = _parse_value(raw)
+        try:
+            config_path.get_value(key, config)
+        except (KeyError, AttributeError, IndexError):
+            raise ValueError(f"--config.{key}: no field {key!r} in the config") from None
+        try:
+            config_path.set_value(key, config, value)
+        except TypeError as e:
+            raise ValueError(f"--config.{key}={raw}: {e}") from None
+    return config
+
+
+def _parse_value(raw: str) -> Any:
+    lowered = raw.lower()
+    if lowered in ("true", "false", "none"):
+        return {"true": True, "false": False, "none": None}[lowered]
+    try:
+        return ast.literal_eval(raw)
+    except (SyntaxError, ValueError):
+        return raw
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Registers ``train``, ``eval`` and ``table`` on the ``spectral-jax`` dispatcher."""
+    train = subparsers.add_parser(
+        "train", help="train and evaluate an LRA config",
+        description="Train, evaluate on validation, checkpoint, and report test accuracy. "
+        "Re-running the same command resumes from the last checkpoint. Extra "
+        "--config.FIELD=VALUE arguments override config fields.",
+    )
+    train.add_argument("--config", required=True, help="FILE.py[:ARG], e.g. "
+                       "configs/lra/listops.py:quick or ...:attention=nystrom,protocol=small")
+    train.add_argument("--workdir", required=True, help="run directory (checkpoints, logs)")
+    train.add_argument("--overwrite", action="store_true",
+                       help="delete a previous run with another config in --workdir")
+    train.add_argument("--distributed", action="store_true",
+                       help="call jax.distributed.initialize() (multi-host; also "
+                       "SPECTRAL_JAX_DISTRIBUTED=1)")
+    train.set_defaults(func=_train, config_overrides=[])
+    _accept_config_overrides(train)
+
+    evaluate = subparsers.add_parser("eval", help="evaluate a run's checkpoint")
+    evaluate.add_argument("--workdir", required=True)
+    evaluate.add_argument("--checkpoint", default="best", help="best, latest or a step")
+    evaluate.add_argument("--split", default="test", choices=("train", "validation", "test"))
+    evaluate.add_argument("--distributed", action="store_true")
+    evaluate.set_defaults(func=_eval)
+
+    table = subparsers.add_parser("table", help="Markdown table of finished runs")
+    table.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    table.set_defaults(func=_table)
+
+
+def _accept_config_overrides(parser: argparse.ArgumentParser) -> None:
+    """Lets ``parser`` take any ``--config.a.b=V`` / ``--config.a.b V`` into ``config_overrides``.
+
+    argparse has no wildcard options, and the dispatcher calls ``parse_args`` (which rejects
+    unknown arguments), so the subparser's ``parse_known_args`` collects them first.
+    """
+    original = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        namespace, extras = original(args, namespace)
+        rest, overrides, i = [], list(getattr(namespace, "config_overrides", [])), 0
+        while i < len(extras):
+            item = extras[i]
+            if item.startswith("--config."):
+                body = item[len("--config."):]
+                if "=" not in body and i + 1 < len(extras):
+                    body, i = f"{body}={extras[i + 1]}", i + 1
+                overrides.append(body)
+            else:
+                rest.append(item)
+            i += 1
+        namespace.config_overrides = overrides
+        return namespace, rest
+
+    parser.parse_known_args = parse_known_args
+
+
+def _train(args: argparse.Namespace) -> int:
+    from spectral_jax.train import distributed
+
+    distributed.maybe_initialize(args.distributed or None)
+    from spectral_jax.train.loop import TrainingDiverged, train_and_evaluate
+
+    try:
+        config = load_config(args.config, args.config_overrides)
+        train_and_evaluate(config, args.workdir, overwrite=args.overwrite)
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except _USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from spectral_jax.train import distributed
+
+    distributed.maybe_initialize(args.distributed or None)
+    from spectral_jax.train.loop import evaluate_checkpoint
+
+    try:
+        result = evaluate_checkpoint(args.workdir, checkpoint=args.checkpoint, split=args.split)
+    except _USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.split} accuracy {result['accuracy']:.4f} (checkpoint step {result['step']}, "
+          f"{result['count']} examples); majority-class baseline {result['majority_baseline']:.4f}")
+    print(json.dumps(result))
+    return 0
+
+
+def _table(args: argparse.Namespace) -> int:
+    from spectral_jax.train.table import load_results, markdown_table
+
+    try:
+        print(markdown_table(load_results(args.runs)), end="")
+    except _USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

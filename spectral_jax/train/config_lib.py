@@ -1,0 +1,288 @@
+"""Building blocks for the LRA config files in ``configs/lra/``.
+
+Each task file (``configs/lra/listops.py`` ...) holds that task's numbers for every protocol and
+calls :func:`build_config`; this module holds what the files share: the argument parser for
+``get_config("attention=nystrom,protocol=small")``, the per-method attention defaults and the
+config schema. The style follows big_vision's ``configs/common.py`` and the Flax examples'
+``configs/default.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections
+
+TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+PROTOCOLS = ("lra", "small", "quick")
+SCHEDULES = ("rsqrt", "cosine", "linear", "constant")
+
+# Method parameters recorded in every config (they define the result). Budgets follow the papers:
+# Nystromformer / Skyformer use 64-128 landmarks or features (reference lra.md sections 5-6).
+ATTENTION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "softmax": {},
+    "nystrom": {"num_landmarks": 64, "pinv_iterations": 6},
+    "spectral_shift": {"num_landmarks": 64, "pinv_iterations": 6},
+    "skyformer": {"num_landmarks": 128, "ridge": 0.1, "pinv_iterations": 6},
+    "kernelized": {},
+    "linear": {"feature_map": "elu"},
+    "performer": {"num_features": 256},
+    "linformer": {"proj_len": 256},
+}
+# Keys that cap a method's budget; the quick preset shrinks them to fit short sequences.
+_BUDGET_KEYS = ("num_landmarks", "num_features", "proj_len")
+
+
+def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
+    """Parses ``"key=value,key2=value2"`` (the part after ``:`` in ``--config file.py:arg``).
+
+    Values are converted to the type of the default (int, float, bool or str). A bare word such as
+    ``quick`` sets the boolean default of that name to True.
+
+    Args:
+        arg: the argument string, or None / "" for all defaults.
+        **defaults: allowed keys and their default values.
+
+    Returns:
+        A ConfigDict with every default key.
+
+    Raises:
+        ValueError: for a key that is not one of ``defaults`` or a value of the wrong type.
+
+    Example:
+        >>> parse_arg("attention=nystrom,quick", attention="softmax", quick=False).quick
+        True
+    """
+    result = ml_collections.ConfigDict(dict(defaults))
+    for item in filter(None, (part.strip() for part in (arg or "").split(","))):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if key not in defaults:
+            raise ValueError(
+                f"config argument {key!r} (in {arg!r}) is unknown; allowed: {sorted(defaults)}"
+            )
+        default = defaults[key]
+        if not sep:
+            if not isinstance(default, bool):
+                raise ValueError(f"config argument {key!r} needs a value, e.g. {key}={default}")
+            result[key] = True
+            continue
+        result[key] = _convert(key, raw.strip(), default)
+    return result
+
+
+def _convert(key: str, raw: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"config argument {key}={raw!r}: expected true or false")
+        return raw.lower() in ("true", "1")
+    for kind in (int, float):
+        if isinstance(default, kind):
+            try:
+                return kind(raw)
+            except ValueError:
+                raise ValueError(
+                    f"config argument {key}={raw!r}: expected {kind.__name__}"
+                ) from None
+    return raw
+
+
+def attention_kwargs(attention: str, max_length: int | None = None) -> dict[str, Any]:
+    """Default parameters of an attention method, budgets capped at ``max_length``.
+
+    Args:
+        attention: registry name (see ``spectral_jax.attention.available_attentions()``).
+        max_length: when given, landmark / feature / projection counts larger than the sequence
+          are reduced to the largest power of two not above it (a budget above the length would
+          not be an approximation).
+
+    Raises:
+        ValueError: for an unknown method name.
+
+    Example:
+        >>> attention_kwargs("nystrom", max_length=48)["num_landmarks"]
+        32
+    """
+    if attention not in ATTENTION_DEFAULTS:
+        raise ValueError(
+            f"attention={attention!r} is unknown; known methods: {sorted(ATTENTION_DEFAULTS)}"
+        )
+    kwargs = dict(ATTENTION_DEFAULTS[attention])
+    if max_length is not None:
+        cap = 1 << (max_length.bit_length() - 1)
+        for key in _BUDGET_KEYS:
+            if key in kwargs:
+                kwargs[key] = min(kwargs[key], cap)
+    return kwargs
+
+
+def build_config(
+    *,
+    task: str,
+    protocol: str,
+    attention: str,
+    seed: int,
+    data: dict[str, Any],
+    model: dict[str, Any],
+    train: dict[str, Any],
+    attention_overrides: dict[str, Any] | None = None,
+) -> ml_collections.ConfigDict:
+    """Assembles a training config with the full schema, filling shared defaults.
+
+    Args:
+        task: one of :data:`TASKS`.
+        protocol: one of :data:`PROTOCOLS` (``quick`` is the CPU preset).
+        attention: registry name of the attention method.
+        seed: seeds parameters, dropout and data order.
+        data: ``dir`` (where the task's files are), ``options`` (passed to
+          ``spectral_jax.data.load_task``) and optionally ``generate`` (ListOps generator
+          arguments, used when ``dir`` is missing).
+        model: fields of :class:`spectral_jax.nn.TransformerConfig` except ``vocab_size`` and
+          ``num_classes`` when they come from the data (None = take the task's).
+        train: loop settings; see ``configs/lra/listops.py`` for every key.
+        attention_overrides: method parameters replacing the defaults.
+
+    Returns:
+        An unlocked ConfigDict.
+
+    Raises:
+        ValueError: for an unknown task, protocol or attention method.
+
+    Example:
+        >>> cfg = build_config(task="listops", protocol="quick", attention="softmax", seed=0,
+        ...                    data={"dir": "d"}, model={"max_length": 64}, train={"steps": 10})
+        >>> cfg.train.optimizer.b2
+        0.999
+    """
+    if task not in TASKS:
+        raise ValueError(f"task={task!r} is unknown; known tasks: {list(TASKS)}")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol={protocol!r} is unknown; known protocols: {list(PROTOCOLS)}")
+    kwargs = attention_kwargs(attention, model.get("max_length"))
+    kwargs.update(attention_overrides or {})
+
+    cfg = ml_collections.ConfigDict()
+    cfg.task = task
+    cfg.protocol = protocol
+    cfg.seed = seed
+    cfg.data = ml_collections.ConfigDict(
+        {"dir": data["dir"], "options": dict(data.get("options", {})),
+         "generate": data.get("generate")}
+    )
+    model_defaults = {
+        "vocab_size": None, "num_classes": None, "max_length": None, "num_layers": 2,
+        "embed_dim": 64, "num_heads": 2, "qkv_dim": 64, "mlp_dim": 128, "dropout_rate": 0.1,
+        "attention_dropout_rate": 0.0, "pooling": "mean", "positional": "sinusoidal",
+        "interaction": "concat", "dtype": "float32",
+    }
+    cfg.model = ml_collections.ConfigDict({**model_defaults, **model})
+    cfg.model.attention = attention
+    cfg.model.attention_kwargs = ml_collections.ConfigDict(kwargs)
+    train_defaults = {
+        "steps": 1000, "batch_size": 32, "eval_batch_size": None, "eval_every": 100,
+        "eval_steps": -1, "log_every": 50, "keep_checkpoints": 2, "grad_clip_norm": None,
+        "redraw_features_every": 0,
+        "optimizer": {"learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6,
+                      "weight_decay": 0.0},
+        "schedule": {"name": "linear", "warmup_steps": 0, "steps_per_cycle": None},
+    }
+    merged = {**train_defaults, **train}
+    merged["optimizer"] = {**train_defaults["optimizer"], **train.get("optimizer", {})}
+    merged["schedule"] = {**train_defaults["schedule"], **train.get("schedule", {})}
+    cfg.train = ml_collections.ConfigDict(merged)
+    return cfg
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks a training config's names and numbers before anything is loaded or compiled.
+
+    Args:
+        config: a config built by :func:`build_config` (possibly with overrides).
+
+    Raises:
+        ValueError: unknown task, protocol, attention method, schedule, pooling or positional
+          encoding; a non-positive step count, batch size or interval; missing sections.
+
+    Example:
+        >>> validate_config(build_config(task="listops", protocol="quick", attention="softmax",
+        ...     seed=0, data={"dir": "d"}, model={}, train={}))
+    """
+    from spectral_jax import attention as attention_lib
+
+    for section in ("data", "model", "train"):
+        if section not in config:
+            raise ValueError(f"config has no {section!r} section; build it with build_config()")
+    _check_choice("task", config.task, TASKS)
+    _check_choice("protocol", config.protocol, PROTOCOLS)
+    _check_choice("model.attention", config.model.attention,
+                  tuple(attention_lib.available_attentions()))
+    _check_choice("model.pooling", config.model.pooling, ("cls", "mean"))
+    _check_choice("model.positional", config.model.positional, ("sinusoidal", "learned"))
+    _check_choice("model.interaction", config.model.interaction, ("concat", "nli"))
+    _check_choice("train.schedule.name", config.train.schedule.name, SCHEDULES)
+    train = config.train
+    for name in ("steps", "batch_size", "eval_every", "log_every", "keep_checkpoints"):
+        _check_positive_int(f"train.{name}", train[name])
+    if train.eval_batch_size is not None:
+        _check_positive_int("train.eval_batch_size", train.eval_batch_size)
+    if not isinstance(train.eval_steps, int) or (train.eval_steps < 1 and train.eval_steps != -1):
+        raise ValueError(
+            f"train.eval_steps={train.eval_steps!r} must be a positive int or -1 (all)"
+        )
+    if not isinstance(config.seed, int):
+        raise ValueError(f"seed={config.seed!r} must be an int")
+
+
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is unknown; allowed: {list(allowed)}")
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a positive int")
+
+
+def from_presets(
+    task: str, arg: str | None, presets: dict[str, dict[str, Any]]
+) -> ml_collections.ConfigDict:
+    """The config of ``task`` for ``get_config(arg)`` from a task file's per-protocol presets.
+
+    ``arg`` takes ``attention=<method>`` (default ``spectral_shift``), ``protocol=lra|small|quick``
+    (default ``lra``), the bare word ``quick`` (= ``protocol=quick``) and ``seed=<int>``, e.g.
+    ``"attention=nystrom,protocol=small"``. Attention-weight dropout exists only for exact
+    softmax attention, so other methods get ``attention_dropout_rate=0``.
+
+    Args:
+        task: one of :data:`TASKS`.
+        arg: the string after ``:`` in ``--config file.py:arg``.
+        presets: protocol -> ``{"data": ..., "model": ..., "train": ...}`` (see
+          :func:`build_config`).
+
+    Returns:
+        The config.
+
+    Raises:
+        ValueError: unknown argument key, protocol or attention method.
+
+    Example:
+        >>> p = {"quick": {"data": {"dir": "d"}, "model": {"max_length": 64}, "train": {}}}
+        >>> cfg = from_presets("listops", "quick,attention=nystrom", p)
+        >>> cfg.model.attention_kwargs.num_landmarks
+        64
+    """
+    a = parse_arg(arg, attention="spectral_shift", protocol="lra", quick=False, seed=0)
+    protocol = "quick" if a.quick else a.protocol
+    if protocol not in presets:
+        raise ValueError(
+            f"protocol={protocol!r} is unknown for task {task!r}; allowed: {sorted(presets)}"
+        )
+    preset = presets[protocol]
+    model = dict(preset["model"])
+    attention_overrides = dict(preset.get("attention_kwargs", {}).get(a.attention, {}))
+    if a.attention != "softmax":
+        model["attention_dropout_rate"] = 0.0
+    return build_config(
+        task=task, protocol=protocol, attention=a.attention, seed=a.seed, data=preset["data"],
+        model=model, train=preset["train"], attention_overrides=attention_overrides,
+    )

@@ -1,0 +1,129 @@
+"""``spectral-jax train | eval | table``: config loading, overrides, exit codes, the table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import jax
+import pytest
+
+from spectral_jax.train import cli
+from spectral_jax.train.table import markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
+LISTOPS = f"{ROOT}/configs/lra/listops.py"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="spectral-jax")
+    cli.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def test_overrides_parse_both_forms_and_keep_types():
+    args = parse(["train", "--config", f"{LISTOPS}:quick", "--workdir", "w",
+                  "--config.train.steps=7", "--config.model.pooling", "cls",
+                  "--config.train.grad_clip_norm=none", "--overwrite"])
+    assert args.overwrite and args.func is cli._train
+    assert args.config_overrides == ["train.steps=7", "model.pooling=cls",
+                                     "train.grad_clip_norm=none"]
+    cfg = cli.load_config(args.config, args.config_overrides)
+    assert (cfg.train.steps, cfg.model.pooling, cfg.train.grad_clip_norm) == (7, "cls", None)
+    cfg = cli.load_config(f"{LISTOPS}:quick", ["train.optimizer.learning_rate=1",
+                                               "data.options.max_length=64"])
+    assert cfg.train.optimizer.learning_rate == 1.0  # an int literal for a float field
+    assert cfg.data.options.max_length == 64
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.stepz=3", r"--config.train.stepz: no field 'train.stepz'"),
+    ("train.steps='many'", r"--config.train.steps='many': Could not override field 'steps'"),
+    ("train.steps", r"expected --config.FIELD=VALUE"),
+])
+def test_bad_overrides(override, message):
+    with pytest.raises(ValueError, match=message):
+        cli.load_config(f"{LISTOPS}:quick", [override])
+
+
+def test_missing_config_file():
+    with pytest.raises(FileNotFoundError, match=r"no config file at 'nope.py'"):
+        cli.load_config("nope.py:quick")
+
+
+def test_train_exit_code_and_message_for_config_errors(tmp_path, capsys):
+    args = parse(["train", "--config", f"{LISTOPS}:quick", "--workdir", str(tmp_path / "w"),
+                  "--config.train.batch_size=12"])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: train.batch_size=12 must be a positive multiple of the "
+                          f"device count {jax.device_count()}")
+
+
+def test_train_eval_roundtrip(tmp_path, capsys):
+    jax.config.update("jax_disable_most_optimizations", True)
+    try:
+        workdir = tmp_path / "run"
+        overrides = [
+            f"--config.data.dir={tmp_path / 'lo'}", "--config.data.generate.num_train=32",
+            "--config.data.generate.num_val=8", "--config.data.generate.num_test=8",
+            "--config.data.generate.min_length=8", "--config.data.generate.max_length=24",
+            "--config.data.generate.max_depth=3", "--config.data.options.max_length=24",
+            "--config.model.max_length=24", "--config.model.num_layers=1",
+            "--config.model.attention_kwargs.num_landmarks=4", "--config.train.steps=2",
+            "--config.train.eval_every=1", "--config.train.batch_size=8",
+        ]
+        args = parse(["train", "--config", f"{LISTOPS}:quick", "--workdir", str(workdir),
+                      *overrides])
+        assert args.func(args) == 0
+        out = capsys.readouterr().out
+        results = json.loads((workdir / "results.json").read_text())
+        assert f"test accuracy {results['test_accuracy']:.4f}" in out
+        baseline = results["majority_baseline"]
+        assert f"majority-class baseline of the test split {baseline:.4f}" in out
+        args = parse(["eval", "--workdir", str(workdir), "--checkpoint", "latest"])
+        assert args.func(args) == 0
+        evaluated = json.loads(capsys.readouterr().out.splitlines()[-1])
+        assert evaluated["step"] == 2 and evaluated["count"] == 8
+        assert evaluated["accuracy"] == pytest.approx(results["final_test_accuracy"])
+        assert evaluated["loss"] == pytest.approx(results["final_test_loss"], rel=1e-5)
+        args = parse(["eval", "--workdir", str(workdir), "--checkpoint", "best"])
+        assert args.func(args) == 0
+        best = json.loads(capsys.readouterr().out.splitlines()[-1])
+        assert best["step"] == results["best_step"]
+        assert best["accuracy"] == pytest.approx(results["test_accuracy"])
+    finally:
+        jax.config.update("jax_disable_most_optimizations", False)
+
+
+def _result(task, attention, acc, protocol="lra", seed=0):
+    return {"run": f"runs/{task}_{attention}_{seed}", "task": task, "attention": attention,
+            "protocol": protocol, "seed": seed, "test_accuracy": acc,
+            "final_test_accuracy": acc - 0.01, "majority_baseline": 0.1, "steps": 5000,
+            "wall_time_s": 3725.0}
+
+
+def test_markdown_table_layout():
+    rows = [_result("listops", "softmax", 0.37), _result("text", "softmax", 0.65),
+            _result("listops", "nystrom", 0.36), _result("listops", "nystrom", 0.38, seed=1)]
+    lines = markdown_table(rows).splitlines()
+    assert lines[0] == "| Model | ListOps | Text | Avg |"
+    assert lines[2] == "| softmax (lra) | 37.00 | 65.00 | 51.00 |"
+    assert lines[3] == "| nystrom (lra) | 37.00 (n=2) | – | 37.00 |"
+    assert lines[7] == ("| runs/listops_softmax_0 | ListOps | softmax | lra | 0 | 37.00 | 36.00 "
+                        "| 10.00 | 5000 | 1h02m |")
+    with pytest.raises(ValueError, match="results is empty"):
+        markdown_table([])
+
+
+def test_table_command_reads_runs(tmp_path, capsys):
+    run = tmp_path / "r1"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps(_result("image", "performer", 0.42)))
+    args = parse(["table", str(run)])
+    assert args.func(args) == 0
+    assert "| performer (lra) | 42.00 | 42.00 |" in capsys.readouterr().out
+    args = parse(["table", str(tmp_path / "missing")])
+    assert args.func(args) == 2
+    assert "has no results.json" in capsys.readouterr().err

@@ -1,0 +1,301 @@
+"""The training loop end to end on tiny data in the release formats (8 simulated CPU devices).
+
+Covers: a smoke run per task, resume after SIGKILL in a subprocess, 8-device vs 1-device
+equivalence, NaN stop, one compile per step function, same seed -> same metrics, and the
+errors raised before compiling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import chex
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from spectral_jax import data
+from spectral_jax.train import distributed, steps as steps_lib
+from spectral_jax.train.cli import load_config
+from spectral_jax.train.loop import TrainingDiverged, setup_run, train_and_evaluate
+from spectral_jax.train.writers import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_MODEL = [
+    "model.num_layers=1", "model.embed_dim=16", "model.qkv_dim=16", "model.mlp_dim=32",
+    "model.dropout_rate=0.1",
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fast_compiles():
+    # Tiny models: XLA's optimisation passes cost more than they save here.
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", False)
+
+
+def tiny_config(task: str, data_dir: Path, *extra: str, attention: str = "spectral_shift"):
+    overrides = [
+        f"data.dir={data_dir}", "train.steps=4", "train.batch_size=8", "train.eval_every=2",
+        "train.log_every=1", "train.eval_steps=-1", "train.schedule.warmup_steps=1",
+        *TINY_MODEL, *extra,
+    ]
+    cfg = load_config(f"{ROOT}/configs/lra/{task}.py:quick,attention={attention}", overrides)
+    for key in ("num_landmarks", "num_features", "proj_len"):
+        if key in cfg.model.attention_kwargs:
+            cfg.model.attention_kwargs[key] = 4
+    return cfg
+
+
+def _listops_config(tmp_path: Path, *extra: str):
+    cfg = tiny_config("listops", tmp_path / "listops", *extra)
+    cfg.data.options.max_length = 32
+    cfg.model.max_length = 32
+    cfg.data.generate.update(num_train=48, num_val=16, num_test=12, min_length=8,
+                             max_length=32, max_depth=3)
+    return cfg
+
+
+# ---------------------------------------------------------------- tiny release-format data
+
+
+def _bytes_texts(rng: np.random.Generator, n: int, low: int, high: int) -> list[str]:
+    words = ["good", "bad", "film", "plot", "actor", "great", "awful", "scene"]
+    return [" ".join(rng.choice(words, rng.integers(low, high))) for _ in range(n)]
+
+
+def write_text(root: Path) -> Path:
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 20), ("test", 6)):
+        for label in ("pos", "neg"):
+            folder = root / "aclImdb" / split / label
+            folder.mkdir(parents=True)
+            for i, text in enumerate(_bytes_texts(rng, n, 3, 12)):
+                (folder / f"{i}_7.txt").write_text(text)
+    return root
+
+
+def write_retrieval(root: Path) -> Path:
+    rng = np.random.default_rng(1)
+    root.mkdir(parents=True)
+    for split, n in (("train", 24), ("eval", 8), ("test", 8)):
+        a, b = _bytes_texts(rng, n, 2, 8), _bytes_texts(rng, n, 2, 8)
+        lines = [f"{i % 2}\tp{i}\tq{i}\t{x}\t{y}\n" for i, (x, y) in enumerate(zip(a, b))]
+        (root / f"new_aan_pairs.{split}.tsv").write_text("".join(lines))
+    return root
+
+
+def write_cifar(root: Path) -> Path:
+    rng = np.random.default_rng(2)
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for name, n in [(f"data_batch_{i}", 8) for i in range(1, 6)] + [("test_batch", 8)]:
+        batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                 b"labels": rng.integers(0, 10, n).tolist()}
+        (folder / name).write_bytes(pickle.dumps(batch))
+    return root
+
+
+TASK_DATA = {
+    "text": (write_text, ["data.options.max_length=32", "model.max_length=32"]),
+    "retrieval": (write_retrieval, ["data.options.max_length=24", "model.max_length=24"]),
+    "image": (write_cifar, ["data.options.source='cifar10'"]),
+    "pathfinder": (
+        lambda d: data.pathfinder.generate(d, resolution=32, num_images=40, seed=0) and d, []
+    ),
+    # Path-X's loader and config at 32x32 keep this fast; 128x128 is the slow test below.
+    "pathx": (
+        lambda d: data.pathfinder.generate(d, resolution=32, num_images=40, seed=0) and d,
+        ["data.options.resolution=32", "model.max_length=1024"],
+    ),
+}
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_listops_generates_trains_and_writes_results(tmp_path):
+    cfg = _listops_config(tmp_path)
+    results = train_and_evaluate(cfg, str(tmp_path / "run"))
+    run = tmp_path / "run"
+    assert (tmp_path / "listops" / "basic_train.tsv").exists()
+    on_disk = json.loads((run / "results.json").read_text())
+    assert on_disk["test_accuracy"] == results["test_accuracy"]
+    assert results["compiles"] == {"train": 1, "eval": 1}
+    assert results["num_devices"] == 8
+    assert results["test_examples"] == 12
+    # Accuracy is a count over 12 examples, the baseline the split's own majority share.
+    assert results["test_accuracy"] * 12 == pytest.approx(round(results["test_accuracy"] * 12))
+    test = data.load_task("listops", tmp_path / "listops", max_length=32).splits["test"]
+    assert results["majority_baseline"] == pytest.approx(
+        np.bincount(test.labels).max() / len(test.labels))
+    records = read_metrics(str(run / "metrics.jsonl"))
+    assert [r["step"] for r in records if r["split"] == "train"] == [1, 2, 3, 4]
+    assert [r["step"] for r in records if r["split"] == "validation"] == [2, 4]
+    assert all(np.isfinite(r["loss"]) and r["examples_per_s"] > 0 for r in records
+               if r["split"] == "train")
+    assert results["config"]["model"]["vocab_size"] == 17
+    assert results["best_step"] in (2, 4)
+
+
+@pytest.mark.parametrize("task", sorted(TASK_DATA))
+def test_smoke_per_task(task, tmp_path):
+    writer, extra = TASK_DATA[task]
+    data_dir = writer(tmp_path / "data")
+    cfg = tiny_config(task, data_dir, *extra)
+    results = train_and_evaluate(cfg, str(tmp_path / "run"))
+    assert results["task"] == task
+    assert 0.0 <= results["test_accuracy"] <= 1.0
+    assert np.isfinite(results["test_loss"])
+    assert results["compiles"] == {"train": 1, "eval": 1}
+    loaded = data.load_task(task, data_dir, **cfg.data.options.to_dict())
+    assert results["test_examples"] == len(loaded.splits["test"])
+
+
+@pytest.mark.slow
+def test_smoke_pathx_full_resolution(tmp_path):
+    data_dir = tmp_path / "data"
+    data.pathfinder.generate(data_dir, resolution=128, num_images=20, seed=0)
+    cfg = tiny_config("pathx", data_dir, "train.steps=2", "train.eval_every=2")
+    results = train_and_evaluate(cfg, str(tmp_path / "run"))
+    assert results["config"]["model"]["max_length"] == 16384
+    assert results["test_examples"] == 2 and np.isfinite(results["test_loss"])
+
+
+def test_same_seed_same_metrics_and_overwrite(tmp_path):
+    cfg = _listops_config(tmp_path)
+    first = train_and_evaluate(cfg, str(tmp_path / "a"))
+    second = train_and_evaluate(cfg, str(tmp_path / "b"))
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("_per_s")} for r in rs]
+    assert strip(read_metrics(str(tmp_path / "a/metrics.jsonl"))) == strip(
+        read_metrics(str(tmp_path / "b/metrics.jsonl")))
+    assert first["test_loss"] == second["test_loss"]
+    # A different config in the same workdir is refused, then accepted with overwrite.
+    other = _listops_config(tmp_path, "seed=1")
+    with pytest.raises(ValueError, match=r"different config \(seed: 0 there, 1 now\)"):
+        train_and_evaluate(other, str(tmp_path / "a"))
+    third = train_and_evaluate(other, str(tmp_path / "a"), overwrite=True)
+    assert third["seed"] == 1
+    assert json.loads((tmp_path / "a/config.json").read_text())["seed"] == 1
+
+
+def test_resume_after_kill_continues_identically(tmp_path):
+    cfg = _listops_config(tmp_path, "train.steps=6", "train.eval_every=2",
+                          "model.dropout_rate=0.2")
+    reference = train_and_evaluate(cfg, str(tmp_path / "ref"))
+    config_json = tmp_path / "cfg.json"
+    config_json.write_text(cfg.to_json())
+    # The child SIGKILLs itself when asked for the 6th batch: after the checkpoint at step 4,
+    # with step 5 already trained and logged but not checkpointed.
+    script = textwrap.dedent(f"""
+        import json, os, signal, sys
+        import jax
+        jax.config.update("jax_num_cpu_devices", 8)
+        jax.config.update("jax_disable_most_optimizations", True)
+        import ml_collections
+        from spectral_jax import data
+        from spectral_jax.train import train_and_evaluate
+        original = data.iterate_batches
+        def killing(split, batch_size, **kw):
+            it = original(split, batch_size, **kw)
+            if not kw.get("shuffle"):
+                yield from it
+                return
+            for i, batch in enumerate(it, start=kw.get("start_step", 0) + 1):
+                if i == 6 and os.environ.get("KILL") == "1":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                yield batch
+        data.iterate_batches = killing
+        cfg = ml_collections.ConfigDict(json.load(open({str(config_json)!r})))
+        train_and_evaluate(cfg, {str(tmp_path / 'resumed')!r})
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    killed = subprocess.run([sys.executable, "-c", script], env={**env, "KILL": "1"},
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    steps_logged = [r["step"] for r in read_metrics(str(tmp_path / "resumed/metrics.jsonl"))]
+    assert 5 in steps_logged and not (tmp_path / "resumed/results.json").exists()
+    resumed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "Resuming from the checkpoint at step" in resumed.stdout
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("_per_s")} for r in rs]
+    got = strip(read_metrics(str(tmp_path / "resumed/metrics.jsonl")))
+    want = strip(read_metrics(str(tmp_path / "ref/metrics.jsonl")))
+    assert [(r["step"], r["split"]) for r in got] == [(r["step"], r["split"]) for r in want]
+    numeric = lambda rs: [{k: v for k, v in r.items() if k != "split"} for r in rs]
+    chex.assert_trees_all_close(numeric(got), numeric(want), rtol=1e-5)
+    result = json.loads((tmp_path / "resumed/results.json").read_text())
+    assert result["test_loss"] == pytest.approx(reference["test_loss"], rel=1e-5)
+
+
+def test_eight_devices_match_one(tmp_path):
+    # Adam turns the float32 noise of exactly-zero gradients (e.g. the key bias, which softmax
+    # ignores) into +-lr updates whose sign is noise; a larger eps keeps the update
+    # proportional to the gradient, so parameters are comparable within float32 tolerance.
+    cfg = _listops_config(tmp_path, "train.optimizer.eps=1e-3", "train.schedule.warmup_steps=0")
+    data.listops.generate(tmp_path / "listops", **cfg.data.generate.to_dict())
+    task = data.load_task("listops", tmp_path / "listops", max_length=32)
+    model_cfg = steps_lib.model_config(cfg, task)
+    batches = data.iterate_batches(task.splits["train"], 8, shuffle=True, seed=0, repeat=True)
+    batch_list = [next(batches) for _ in range(2)]
+    outcome = {}
+    for n in (1, 8):
+        mesh = distributed.make_mesh(jax.devices()[:n])
+        with jax.set_mesh(mesh):
+            setup = setup_run(cfg, model_cfg, False, mesh)
+            state, losses = setup.state, []
+            for batch in batch_list:
+                state, m = setup.steps.train(
+                    setup.rng_state, state,
+                    distributed.global_batch(batch, distributed.batch_sharding(mesh)))
+                losses.append(float(m["loss_sum"] / m["count"]))
+            assert len(jax.tree.leaves(state)[0].sharding.device_set) == n
+            outcome[n] = (losses, jax.device_get(nnx.to_pure_dict(state)))
+    chex.assert_trees_all_close(outcome[8][0], outcome[1][0], rtol=1e-5)
+    chex.assert_trees_all_close(outcome[8][1], outcome[1][1], rtol=1e-4, atol=1e-6)
+
+
+def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
+    cfg = _listops_config(tmp_path, "train.steps=8", "train.eval_every=2",
+                          "train.optimizer.learning_rate=1e30", "train.grad_clip_norm=None",
+                          "train.schedule.name='constant'", "train.schedule.warmup_steps=0")
+    with pytest.raises(TrainingDiverged, match=r"NaN or inf at step (\d+)") as info:
+        train_and_evaluate(cfg, str(tmp_path / "run"))
+    bad = int(info.value.args[0].split("at step ")[1].split(";")[0])
+    steps = sorted(int(p.name) for p in (tmp_path / "run/checkpoints").iterdir()
+                   if p.name.isdigit())
+    assert all(s < bad for s in steps)
+    assert not (tmp_path / "run/results.json").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    (["train.batch_size=12"],
+     r"train.batch_size=12 must be a positive multiple of the device count 8"),
+    (["train.eval_batch_size=4"], r"train.eval_batch_size=4 must be a positive multiple"),
+    (["model.attention='bogus'"], r"model.attention='bogus' is unknown; allowed: \[.*'softmax'"),
+    (["task='bogus'"], r"task='bogus' is unknown"),
+    (["protocol='huge'"], r"protocol='huge' is unknown"),
+    (["train.steps=0"], r"train.steps=0 must be a positive int"),
+])
+def test_config_errors_before_compile(tmp_path, override, message):
+    cfg = _listops_config(tmp_path, *override)
+    with pytest.raises(ValueError, match=message):
+        train_and_evaluate(cfg, str(tmp_path / "run"))
+    assert not (tmp_path / "listops").exists()  # raised before generating data
+
+
+def test_missing_data_dir_says_how_to_get_it(tmp_path):
+    writer, extra = TASK_DATA["text"]
+    cfg = tiny_config("text", tmp_path / "nowhere", *extra)
+    with pytest.raises(FileNotFoundError, match=r"aclImdb(.|\n)*--config.data.dir=PATH"):
+        train_and_evaluate(cfg, str(tmp_path / "run"))
