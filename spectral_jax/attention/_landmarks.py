@@ -28,6 +28,14 @@ def segment_means(x: Array, valid: Array, num_landmarks: int) -> tuple[Array, Ar
 
     References:
       Xiong et al. 2021, Nyströmformer, §3.2 (segment means); padding handling is ours.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from spectral_jax.attention import segment_means
+      >>> x = jnp.arange(5.0)[:, None]            # tokens 0..4, the last one padding
+      >>> means, ok = segment_means(x, jnp.array([1, 1, 1, 1, 0], bool), 2)
+      >>> means[:, 0].tolist(), ok.tolist()
+      ([0.5, 2.5], [True, True])
     """
     segment = segment_ids(valid, num_landmarks)
     sums = jax.ops.segment_sum(

@@ -164,7 +164,7 @@ def add_parser(subparsers: Any) -> None:
     sp.add_argument("--modes", nargs="+", choices=("fwd", "fwd_bwd"), default=["fwd", "fwd_bwd"])
     sp.add_argument("--memory-budget-gb", type=float, default=None,
                     help="skip configurations whose compiled peak exceeds this many GiB "
-                         "(default: the accelerator's memory limit, else the host's RAM)")
+                         "(default: 0.9 x the accelerator memory limit, else 0.5 x the host's available RAM, since XLA's CPU estimate undercounts)")
     sp.add_argument("--compile-only", action="store_true",
                     help="compile and report memory without timing anything")
     sp.add_argument("--out", default="bench_speed", help="writes OUT.json and OUT.png")
