@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import jax
@@ -92,8 +93,9 @@ def test_bad_arguments_raise():
         speed.run_speed(methods=["flash"], lengths=[8])
 
 
-def test_default_memory_budget_is_host_ram_on_cpu():
-    import os
-
-    assert speed.default_memory_budget_bytes() == os.sysconf("SC_PAGE_SIZE") * os.sysconf(
-        "SC_PHYS_PAGES")
+def test_default_memory_budget_is_half_the_available_host_ram_on_cpu(monkeypatch):
+    # XLA's CPU estimate undercounts (n = 16384 exact fwd+bwd: 12.1 GiB predicted, killed at
+    # 24 GiB resident), so only half of what is available is offered.
+    monkeypatch.setattr(speed, "_available_host_bytes", lambda: 10 * 2**30)
+    assert speed.default_memory_budget_bytes() == 5 * 2**30
+    assert 0 < speed._available_host_bytes() <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
