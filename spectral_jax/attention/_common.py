@@ -44,6 +44,18 @@ def check_flax_kwargs(method: str, kwargs: dict[str, Any]) -> None:
         )
 
 
+def check_call(
+    method: str, query: Array, key: Array, value: Array, bias: Array | None, is_causal: bool,
+    flax_kwargs: dict[str, Any], *, causal_ok: bool = False,
+) -> None:
+    """The checks every approximate method starts with: keywords, layout, bias, causality."""
+    check_flax_kwargs(method, flax_kwargs)
+    check_qkv(method, query, key, value)
+    reject_bias(method, bias)
+    if not causal_ok:
+        reject_causal(method, is_causal)
+
+
 def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:
     """Validates the (batch..., length, heads, head_dim) layout of query, key and value."""
     for name, x in (("query", query), ("key", key), ("value", value)):

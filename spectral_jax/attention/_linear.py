@@ -131,9 +131,7 @@ def linear_attention(
       (2, 100, 4, 16)
     """
     method = "linear_attention"
-    _common.check_flax_kwargs(method, flax_kwargs)
-    _common.check_qkv(method, query, key, value)
-    _common.reject_bias(method, bias)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
     _common.check_choice(method, "feature_map", feature_map, tuple(FEATURE_MAPS))
     _common.check_positive_int(method, "chunk_size", chunk_size)
     if scale is not None:

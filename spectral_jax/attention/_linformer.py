@@ -84,10 +84,7 @@ def linformer_attention(
       (2, 100, 4, 16)
     """
     method = "linformer_attention"
-    _common.check_flax_kwargs(method, flax_kwargs)
-    _common.check_qkv(method, query, key, value)
-    _common.reject_bias(method, bias)
-    _common.reject_causal(method, is_causal)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     heads, kv_len = query.shape[-2], key.shape[-3]
     if value_projection is None:
         value_projection = key_projection

@@ -135,10 +135,7 @@ def nystrom_attention(
       (2, 256, 4, 32)
     """
     method = "nystrom_attention"
-    _common.check_flax_kwargs(method, flax_kwargs)
-    _common.check_qkv(method, query, key, value)
-    _common.reject_bias(method, bias)
-    _common.reject_causal(method, is_causal)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)

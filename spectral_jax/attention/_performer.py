@@ -150,9 +150,7 @@ def performer_attention(
       (2, 100, 4, 16)
     """
     method = "performer_attention"
-    _common.check_flax_kwargs(method, flax_kwargs)
-    _common.check_qkv(method, query, key, value)
-    _common.reject_bias(method, bias)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
     _common.check_positive_int(method, "chunk_size", chunk_size)
     if projection is None or getattr(projection, "ndim", 0) != 2:
         raise ValueError(

@@ -80,10 +80,7 @@ def kernelized_attention(
       4.0
     """
     method = "kernelized_attention"
-    _common.check_flax_kwargs(method, flax_kwargs)
-    _common.check_qkv(method, query, key, value)
-    _common.reject_bias(method, bias)
-    _common.reject_causal(method, is_causal)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
     head = functools.partial(_kernelized_head, scale=scale)
@@ -190,10 +187,7 @@ def skyformer_attention(
       (2, 256, 4, 32)
     """
     method = "skyformer_attention"
-    _common.check_flax_kwargs(method, flax_kwargs)
-    _common.check_qkv(method, query, key, value)
-    _common.reject_bias(method, bias)
-    _common.reject_causal(method, is_causal)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     check_landmark_args(method, num_landmarks, pinv_iterations, "per_matrix")
     if not isinstance(ridge, (int, float)) or ridge < 0:
         raise ValueError(f"{method}(): `ridge` must be a float >= 0; got {ridge!r}.")

@@ -188,10 +188,7 @@ def spectral_shift_attention(
       (2, 256, 4, 32)
     """
     method = "spectral_shift_attention"
-    _common.check_flax_kwargs(method, flax_kwargs)
-    _common.check_qkv(method, query, key, value)
-    _common.reject_bias(method, bias)
-    _common.reject_causal(method, is_causal)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
     _check_shift_args(method, query, key, shift)
     scale = _common.default_scale(method, scale, query.shape[-1])

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spectral_jax import attention as _attention
+from spectral_jax.attention._common import FLAX_KWARGS
 from spectral_jax.nn._rngs import stream as _stream
 
 Array = jax.Array
@@ -18,18 +19,6 @@ Array = jax.Array
 # Keyword arguments the module computes itself; users set them through module-level options.
 _MODULE_CONTROLLED = frozenset(
     {"projection", "key_projection", "value_projection", "rng", "is_causal"}
-)
-# Keywords Flax passes to an attention_fn; never method parameters.
-_FLAX_KEYWORDS = frozenset(
-    {
-        "dropout_rng",
-        "dropout_rate",
-        "broadcast_dropout",
-        "deterministic",
-        "dtype",
-        "precision",
-        "module",
-    }
 )
 _LINFORMER_SHARING = ("none", "key_value", "layerwise")
 # Module-level options and the methods that accept them.
@@ -189,7 +178,7 @@ class MultiHeadAttention(nnx.Module):
                     f"attention_kwargs[{name!r}] applies to attention in {list(allowed)}, "
                     f"got attention={attention!r}."
                 )
-        method_params = _method_parameters(spec.fn) - _FLAX_KEYWORDS
+        method_params = _method_parameters(spec.fn) - FLAX_KWARGS
         for name in kwargs:
             if name in _MODULE_CONTROLLED or name not in method_params:
                 allowed = sorted((method_params - _MODULE_CONTROLLED) | set(_MODULE_OPTIONS))
