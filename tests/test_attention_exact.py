@@ -168,11 +168,16 @@ def test_spectral_shift_beats_nystrom_on_sharp_and_ties_on_diffuse(seed):
 
 
 def test_delta_nonnegative_and_estimate_tracks_exact_trace():
-    for regime, (q, k, _) in {"sharp": _sharp(3), "diffuse": _qkv64(4, (1, 256, 1, 16))}.items():
+    for regime, (q, k, v) in {"sharp": _sharp(3), "diffuse": _qkv64(4, (1, 256, 1, 16))}.items():
         est = float(sa.spectral_shift_delta(q, k, num_landmarks=16)[0, 0])
         exact = float(sa.spectral_shift_delta(q, k, num_landmarks=16, shift="exact")[0, 0])
         assert est >= 0 and exact >= 0
-        assert abs(est - exact) <= 0.05 * max(exact, 0.02), (regime, est, exact)
+        # 16 sampled rows of 256: δ within 15%, and the output as accurate as with exact tr S.
+        assert abs(est - exact) <= 0.15 * max(exact, 0.02), (regime, est, exact)
+        target = sa.reference_attention(q, k, v)
+        err_est = rel_err(sa.spectral_shift_attention(q, k, v, num_landmarks=16), target)
+        err_exact = rel_err(sa.spectral_shift_attention(q, k, v, num_landmarks=16, shift="exact"), target)
+        assert err_est <= 1.02 * err_exact, (regime, err_est, err_exact)
     # Pure noise tokens with large norms: the tokens are nearly orthogonal, S ≈ I, δ ≈ 1.
     q, k, _ = _sharp(5, norm=4.0)
     assert float(sa.spectral_shift_delta(q, k, num_landmarks=16, shift="exact")[0, 0]) == pytest.approx(1.0, abs=0.1)

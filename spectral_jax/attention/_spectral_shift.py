@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax.attention import _common, _softmax
-from spectral_jax.attention._landmarks import segment_ids, segment_means
-from spectral_jax.attention._nystrom import LandmarkKernels, check_landmark_args, landmark_kernels
+from spectral_jax.attention._landmarks import evenly_spaced_positions
+from spectral_jax.attention._nystrom import check_landmark_args, landmark_kernels
 from spectral_jax.attention._pinv import iterative_pinv
 
 Array = jax.Array
@@ -20,43 +20,33 @@ _MASKED = -1e30
 KERNELS = ("softmax", "gaussian")
 
 
-def _diag_softmax_estimate(
-    q: Array, k: Array, k_valid: Array, kern: LandmarkKernels, num_landmarks: int
-) -> Array:
-    """S_ii in O(n·m): exact numerator exp(q_i·k_i), row normaliser from key landmarks.
-
-    Z_i = Σ_j exp(q_i·k_j) ≈ exp(q_i·k_i) + Σ_c (n_c − [c = c(i)]) exp(q_i·k̃_c): the self
-    term is kept exactly (it dominates on sharp attention, where the shift matters) and each
-    key segment c contributes its n_c tokens at its mean k̃_c (minus token i in its own
-    segment). Computed in log space so large logits never overflow.
-    """
-    seg = segment_ids(k_valid, num_landmarks)  # (n,), padded -> num_landmarks
-    counts = jax.ops.segment_sum(k_valid.astype(q.dtype), seg, num_segments=num_landmarks + 1)
-    others = counts[:num_landmarks][None, :] - (seg[:, None] == jnp.arange(num_landmarks))
-    self_logit = jnp.sum(q * k, axis=-1)
-    # Spread of the keys inside a segment: the mean of exp(q·k_j) over a segment exceeds exp
-    # of the mean (Jensen). For Gaussian keys the excess is σ²/2 (log-normal mean) with
-    # σ² = Σ_t q_t² var_t; for a finite segment of n_c keys the sum cannot exceed its largest
-    # term, about exp(σ·√(2 ln n_c)), so the correction is capped there.
-    sq_means, _ = segment_means(k * k, k_valid, num_landmarks)
-    sigma2 = (q * q) @ jnp.maximum(sq_means - kern.key_landmarks**2, 0.0).T  # (n, m)
-    log_nc = jnp.log(jnp.maximum(counts[:num_landmarks], 1.0))[None, :]
-    # The floor keeps sqrt's gradient finite at σ² = 0.
-    spread = jnp.minimum(0.5 * sigma2, jnp.sqrt(jnp.maximum(2.0 * sigma2 * log_nc, 1e-20)) - log_nc)
-    lm_logits = kern.f_logits + jnp.maximum(spread, 0.0)
-    lm_logits = lm_logits + jnp.log(jnp.maximum(others, 1e-30))
-    # A large finite negative, not -inf: an all-masked row must keep finite gradients.
-    lm_logits = jnp.where(others > 0.5, lm_logits, _MASKED)
-    log_z = jnp.logaddexp(self_logit, jax.nn.logsumexp(lm_logits, axis=-1))
-    return jnp.where(k_valid, jnp.exp(jnp.where(k_valid, self_logit - log_z, 0.0)), 0.0)
-
-
-def _diag_softmax_exact(q: Array, k: Array, k_valid: Array) -> Array:
-    """S_ii from the full O(n²) logits; for tests and small n."""
-    logits = q @ k.T
+def _diag_rows(q: Array, k: Array, k_valid: Array, rows: Array) -> Array:
+    """S_ii for the given rows, from their exact row normalisers: O(len(rows)·n·d)."""
+    qr = q[rows]
+    logits = qr @ k.T
     log_z = jax.nn.logsumexp(jnp.where(k_valid[None, :], logits, _MASKED), axis=-1)
-    log_diag = jnp.where(k_valid, jnp.sum(q * k, axis=-1) - log_z, 0.0)
-    return jnp.where(k_valid, jnp.exp(log_diag), 0.0)
+    # A large finite negative, not -inf, and a masked exponent: all-padding rows keep finite
+    # gradients.
+    log_diag = jnp.where(k_valid[rows], jnp.sum(qr * k[rows], axis=-1) - log_z, 0.0)
+    return jnp.where(k_valid[rows], jnp.exp(log_diag), 0.0)
+
+
+def _trace_softmax(
+    q: Array, k: Array, diag_valid: Array, k_valid: Array, shift: str, num_samples: int
+) -> Array:
+    """tr S over the valid diagonal: exact (all rows) or from evenly spaced sampled rows.
+
+    The estimate is n_valid times the mean of S_ii over ``num_samples`` rows spread evenly
+    over the valid tokens (a stratified sample), each S_ii with its exact row normaliser, so
+    it costs the same O(n·m·d) as one landmark kernel and is exact whenever the diagonal is
+    constant (near-identity or uniform attention).
+    """
+    if shift == "exact":
+        rows = jnp.arange(q.shape[0])
+        return jnp.sum(jnp.where(diag_valid, _diag_rows(q, k, k_valid, rows), 0.0))
+    rows = evenly_spaced_positions(diag_valid, num_samples)
+    sample = jnp.where(diag_valid[rows], _diag_rows(q, k, k_valid, rows), 0.0)
+    return diag_valid.sum() * jnp.mean(sample)
 
 
 def _shift_head(
@@ -69,9 +59,9 @@ def _shift_head(
     kern = landmark_kernels(q, k, q_valid, k_valid, num_landmarks)
     z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
     bv = kern.b @ v
-    out = kern.f @ (z @ bv)
     if shift == "zero":
         delta = jnp.zeros((), ct)
+        out = kern.f @ (z @ bv)
     else:
         # δ lives on the diagonal, so only positions that are both a valid query and a
         # valid key take part (for self-attention padding these are the same positions).
@@ -79,11 +69,7 @@ def _shift_head(
         f = jnp.where(diag_valid[:, None], kern.f, 0.0)
         bf = kern.b @ f  # (m, m); tr(F Z B) = tr(Z B F)
         trace_nystrom = jnp.sum(z * bf.T)
-        if shift == "exact":
-            diag = _diag_softmax_exact(q, k, k_valid)
-        else:
-            diag = _diag_softmax_estimate(q, k, k_valid, kern, num_landmarks)
-        trace_s = jnp.sum(jnp.where(diag_valid, diag, 0.0))
+        trace_s = _trace_softmax(q, k, diag_valid, k_valid, shift, num_landmarks)
         n_valid = diag_valid.sum()
         m_valid = kern.key_landmark_valid.sum()
         # n_valid <= m: every token is its own landmark, nothing is left to shift.
@@ -97,7 +83,8 @@ def _shift_head(
         g = iterative_pinv(f.T @ f, pinv_iterations) @ bf.T @ iterative_pinv(
             kern.b @ kern.b.T, pinv_iterations
         )
-        out = out - delta * (f @ (g @ bv)) + delta * jnp.where(diag_valid[:, None], v, 0.0)
+        # One n×m product for the whole low-rank part: F((Z − δG)(BV)).
+        out = kern.f @ ((z - delta * g) @ bv) + delta * jnp.where(diag_valid[:, None], v, 0.0)
     if return_delta:
         return delta
     return jnp.where(q_valid[:, None], out, 0.0)
@@ -140,9 +127,10 @@ def spectral_shift_attention(
     with n_valid the valid tokens and m_valid the non-empty landmarks; δ = 0 when
     n_valid ≤ m_valid. tr(F Z B) = tr(Z·(BF)) costs O(n·m²). tr S is obtained by ``shift``:
 
-    - ``"estimate"`` (default, O(n·m)): S_ii = exp(q_i·k_i)/Z_i with the self term exact and
-      the rest of the row normaliser Z_i taken from the key landmarks (each segment's tokens
-      at their mean).
+    - ``"estimate"`` (default, O(n·m·d), the cost of one landmark kernel): n_valid times the
+      mean of S_ii over ``num_landmarks`` rows spread evenly over the valid tokens, each with
+      its exact row normaliser (a stratified sample; exact when the diagonal is constant, as
+      for near-identity or uniform attention).
     - ``"exact"``: S_ii from the full row normalisers, O(n²); for tests and small n.
     - ``"zero"``: δ = 0, which is exactly :func:`nystrom_attention`.
 
