@@ -39,8 +39,50 @@ def test_mismatched_head_dim_and_rank(name):
         fn(jnp.ones((16, 8)), X, X)
     with pytest.raises(TypeError, match="`key` must be a floating array; got dtype int32"):
         fn(X, jnp.ones((1, 16, 2, 8), jnp.int32), X)
-    with pytest.raises(TypeError, match="`mask` must be boolean"):
-        fn(X, X, X, mask=jnp.ones((1, 1, 16, 16), jnp.int32))
+    with pytest.raises(TypeError, match="`mask` must be boolean or numeric"):
+        fn(X, X, X, mask=jnp.ones((1, 1, 16, 16), jnp.complex64))
+    with pytest.raises(ValueError, match=r"`mask` of shape \(3, 1, 16, 16\) does not broadcast"):
+        fn(X, X, X, mask=jnp.ones((3, 1, 16, 16), bool))
+
+
+@pytest.mark.parametrize("name", sa.available_attentions())
+def test_flax_float_masks_equal_boolean_masks(name):
+    # flax.nnx.make_attention_mask returns float32 1/0 by default.
+    import flax.nnx as nnx
+
+    x = jax.random.normal(jax.random.key(0), (2, 16, 2, 8))
+    valid = jnp.arange(16)[None, :] < jnp.array([[11], [16]])
+    fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
+    as_float = fn(x, x, x, mask=nnx.make_attention_mask(valid, valid))
+    as_bool = fn(x, x, x, mask=nnx.make_attention_mask(valid, valid, dtype=bool))
+    assert bool(jnp.array_equal(as_float, as_bool))
+
+
+@pytest.mark.parametrize("name", [n for n, s in sa.ATTENTIONS.items() if not s.exact])
+def test_traced_causal_mask_raises_under_jit(name):
+    x = jax.random.normal(jax.random.key(0), (1, 16, 2, 8))
+    fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
+    run = jax.jit(lambda m: fn(x, x, x, mask=m))
+    causal = jnp.tril(jnp.ones((16, 16), bool))[None, None]
+    with pytest.raises(Exception, match="must be a padding mask"):
+        jax.block_until_ready(run(causal))
+    padding = jnp.ones((1, 1, 16, 16), bool).at[..., 12:].set(False).at[..., 12:, :].set(False)
+    assert bool(jnp.isfinite(run(padding)).all())
+
+
+def test_softmax_edge_inputs_get_clear_results():
+    q = jax.random.normal(jax.random.key(1), (2, 16, 2, 8))
+    v = jax.random.normal(jax.random.key(2), (2, 16, 2, 4))  # v_head_dim != head_dim
+    out = sa.softmax_attention(q, q, v)
+    assert out.shape == (2, 16, 2, 4)
+    assert bool(jnp.allclose(out, sa.reference_attention(q, q, v), atol=1e-5))
+    mixed = sa.softmax_attention(q.astype(jnp.bfloat16), q, q)  # mixed dtypes promote
+    assert mixed.dtype == jnp.float32
+    assert sa.softmax_attention(q, q, q, scale=jnp.float32(0.5)).shape == q.shape
+    with pytest.raises(ValueError, match=r"`mask` of shape \(3, 1, 16, 16\) does not broadcast"):
+        sa.softmax_attention(q, q, q, mask=jnp.ones((3, 1, 16, 16), bool))
+    with pytest.raises(ValueError, match=r"`bias` of shape"):
+        sa.softmax_attention(q, q, q, bias=jnp.ones((2, 1, 16, 15)))
 
 
 def test_method_specific_arguments():

@@ -6,6 +6,7 @@ lifted here with ``jax.vmap`` over heads and batch, so the per-head code never s
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -127,12 +128,22 @@ def compute_dtype(dtype: Any) -> Any:
     return jnp.promote_types(dtype, jnp.float32)
 
 
-def default_scale(method: str, scale: float | None, head_dim: int) -> float:
+def default_scale(method: str, scale: Any, head_dim: int) -> Any:
+    """``1/sqrt(head_dim)`` for None; a positive number or scalar array otherwise.
+
+    A traced scalar (e.g. a learned temperature) is passed through unchecked.
+    """
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if not isinstance(scale, (int, float)) or not scale > 0:
+    if isinstance(scale, jax.core.Tracer) and jnp.ndim(scale) == 0:
+        return scale
+    try:
+        value = float(scale)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(scale, bool) or jnp.ndim(scale) != 0 or not value > 0:
         raise ValueError(f"{method}(): `scale` must be a positive float or None; got {scale!r}.")
-    return float(scale)
+    return value
 
 
 def padding_from_mask(
@@ -144,8 +155,9 @@ def padding_from_mask(
     ``flax.nnx.make_attention_mask`` builds). It is reduced to
     ``key_valid[k] = any_q mask[q, k]`` and ``query_valid[q] = any_k mask[q, k]``, which
     recovers both exactly. Any other mask (causal, banded, ...) is not a padding mask and
-    cannot be honoured by these methods; when the mask is concrete (not traced) this is
-    checked and a ValueError is raised.
+    cannot be honoured by these methods: a concrete mask raises a ValueError at once; a traced
+    one (under jit) is checked on the device and the ValueError is raised from a host
+    callback when the computation runs.
 
     Returns:
       ``query_valid`` bool ``(B, H, q_len)`` and ``key_valid`` bool ``(B, H, kv_len)``, with
@@ -158,31 +170,57 @@ def padding_from_mask(
     if mask is None:
         b = math.prod(batch_shape)
         return jnp.ones((b, heads, q_len), bool), jnp.ones((b, heads, kv_len), bool)
-    mask = jnp.asarray(mask)
-    if mask.dtype != jnp.bool_:
-        raise TypeError(f"{method}(): `mask` must be boolean (True = attend); got {mask.dtype}.")
-    if mask.ndim > len(full) or any(
-        m not in (1, f) for m, f in zip(mask.shape[::-1], full[::-1])
-    ):
-        raise ValueError(
-            f"{method}(): `mask` of shape {mask.shape} does not broadcast to "
-            f"(batch..., heads, q_len, kv_len) = {full}."
-        )
+    mask = as_bool_mask(method, mask)
+    if mask.ndim < 2:  # a 1-D mask broadcasts as a key mask
+        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)
+    check_mask_shape(method, mask, full)
     # Reduce before broadcasting: a (B, 1, L, L) outer-product mask is never expanded to
     # (B, H, L, L), and XLA fuses the outer product into these reductions.
-    query_valid = jnp.broadcast_to(mask.any(axis=-1), full[:-1])
-    key_valid = jnp.broadcast_to(mask.any(axis=-2), full[:-2] + full[-1:])
-    if not isinstance(mask, jax.core.Tracer):
-        outer = query_valid[..., :, None] & key_valid[..., None, :]
-        if not bool(jnp.array_equal(outer, jnp.broadcast_to(mask, full))):
-            raise ValueError(
-                f"{method}(): `mask` must be a padding mask (q_valid[:, None] & "
-                "k_valid[None, :], as built by flax.nnx.make_attention_mask); got a mask that "
-                "is not an outer product, e.g. causal or banded. Use is_causal=True with a "
-                "causal method, or softmax_attention for arbitrary masks."
-            )
+    q_any = mask.any(axis=-1, keepdims=True)
+    k_any = mask.any(axis=-2, keepdims=True)
+    is_padding = jnp.all((q_any & k_any) == mask)
+    if isinstance(is_padding, jax.core.Tracer):
+        # Under jit the mask is traced: check it on the device and raise from the host, so
+        # a causal or banded mask is an error there too, never silently read as padding.
+        jax.debug.callback(functools.partial(_raise_if_not_padding, method), is_padding)
+    else:
+        _raise_if_not_padding(method, is_padding)
+    query_valid = jnp.broadcast_to(q_any[..., 0], full[:-1])
+    key_valid = jnp.broadcast_to(k_any[..., 0, :], full[:-2] + full[-1:])
     b = math.prod(batch_shape)
     return query_valid.reshape(b, heads, q_len), key_valid.reshape(b, heads, kv_len)
+
+
+def _raise_if_not_padding(method: str, is_padding: Any) -> None:
+    if not bool(is_padding):
+        raise ValueError(
+            f"{method}(): `mask` must be a padding mask (q_valid[:, None] & k_valid[None, :], "
+            "as built by flax.nnx.make_attention_mask); got a mask that is not an outer "
+            "product, e.g. causal or banded. Use is_causal=True with a causal method, or "
+            "softmax_attention for arbitrary masks."
+        )
+
+
+def check_mask_shape(
+    method: str, mask: Array, full: tuple[int, ...], name: str = "mask"
+) -> None:
+    if mask.ndim > len(full) or any(m not in (1, f) for m, f in zip(mask.shape[::-1], full[::-1])):
+        raise ValueError(
+            f"{method}(): `{name}` of shape {mask.shape} does not broadcast to "
+            f"(batch..., heads, q_len, kv_len) = {full}."
+        )
+
+
+def as_bool_mask(method: str, mask: Any) -> Array:
+    """A boolean mask, True = attend; numeric masks (Flax's default float 1/0) are nonzero."""
+    mask = jnp.asarray(mask)
+    if mask.dtype == jnp.bool_:
+        return mask
+    if not (jnp.issubdtype(mask.dtype, jnp.integer) or jnp.issubdtype(mask.dtype, jnp.floating)):
+        raise TypeError(
+            f"{method}(): `mask` must be boolean or numeric (nonzero = attend); got {mask.dtype}."
+        )
+    return mask != 0
 
 
 def lift(

@@ -69,21 +69,26 @@ def softmax_attention(
     _common.check_qkv(method, query, key, value)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_len, kv_len = query.shape[-3], key.shape[-3]
+    batch_shape = query.shape[:-3]
+    full = (*batch_shape, query.shape[-2], q_len, kv_len)
     if mask is not None:
-        mask = jnp.asarray(mask)
-        if mask.dtype != jnp.bool_:
-            raise TypeError(f"{method}(): `mask` must be boolean (True = attend); got {mask.dtype}.")
+        mask = _common.as_bool_mask(method, mask)
+        _common.check_mask_shape(method, mask, full)
+    if bias is not None:
+        _common.check_mask_shape(method, jnp.asarray(bias), full, name="bias")
     if is_causal:
         # Folded into the mask so the empty-row check below sees it too.
         mask = _causal_and(mask, q_len, kv_len)
-    batch_shape = query.shape[:-3]
+    dtype = jnp.result_type(query, key, value)
+    # jax.nn.dot_product_attention wants one dtype, v_head_dim == head_dim, and no float64;
+    # everything else goes through the explicit reference (same semantics).
+    if dtype == jnp.float64 or value.shape[-1] != query.shape[-1] or not (
+        query.dtype == key.dtype == value.dtype
+    ):
+        return reference_attention(query, key, value, bias, mask, scale=scale).astype(dtype)
     flat = lambda x: x.reshape(-1, *x.shape[-3:])  # noqa: E731  jax.nn wants one batch dim
-    full = (*batch_shape, query.shape[-2], q_len, kv_len)
     flat_mask = None if mask is None else jnp.broadcast_to(mask, full).reshape(-1, *full[-3:])
     flat_bias = None if bias is None else jnp.broadcast_to(bias, full).reshape(-1, *full[-3:])
-    if query.dtype == jnp.float64:
-        out = reference_attention(query, key, value, bias, mask, scale=scale)
-        return out
     out = jax.nn.dot_product_attention(
         flat(query), flat(key), flat(value), bias=flat_bias, mask=flat_mask, scale=scale,
         implementation=implementation,
@@ -129,7 +134,12 @@ def reference_attention(
     logits = logits * scale
     if bias is not None:
         logits = logits + jnp.asarray(bias, ct)
-    valid = jnp.ones(logits.shape, bool) if mask is None else jnp.broadcast_to(mask, logits.shape)
+    if mask is None:
+        valid = jnp.ones(logits.shape, bool)
+    else:
+        mask = _common.as_bool_mask(method, mask)
+        _common.check_mask_shape(method, mask, logits.shape)
+        valid = jnp.broadcast_to(mask, logits.shape)
     if is_causal:
         valid = _causal_and(valid, query.shape[-3], key.shape[-3])
     weights = _common.masked_softmax(logits, valid)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spectral_jax import attention as _attention
-from spectral_jax.attention._common import FLAX_KWARGS
+from spectral_jax.attention._common import FLAX_KWARGS, as_bool_mask
 from spectral_jax.nn._rngs import stream as _stream
 
 Array = jax.Array
@@ -336,8 +336,8 @@ class MultiHeadAttention(nnx.Module):
         query = self.query(inputs_q)
         key = self.query(inputs_kv) if self.key is None else self.key(inputs_kv)
         value = self.value(inputs_kv)
-        if mask is not None and mask.dtype != jnp.bool_:
-            raise TypeError(f"mask must be bool (True = attend), got dtype {mask.dtype}.")
+        if mask is not None:  # Flax's make_attention_mask defaults to float 1/0
+            mask = as_bool_mask("MultiHeadAttention", mask)
 
         kwargs = dict(self.attention_kwargs)
         if self.is_causal:
