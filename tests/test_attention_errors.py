@@ -59,7 +59,8 @@ def test_flax_float_masks_equal_boolean_masks(name):
 
 
 @pytest.mark.parametrize("name", [n for n, s in sa.ATTENTIONS.items() if not s.exact])
-def test_traced_causal_mask_raises_under_jit(name):
+def test_traced_causal_mask_raises_under_jit_when_checked(name, monkeypatch):
+    monkeypatch.setenv("SPECTRAL_JAX_CHECK_MASKS", "1")
     x = jax.random.normal(jax.random.key(0), (1, 16, 2, 8))
     fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
     run = jax.jit(lambda m: fn(x, x, x, mask=m))
