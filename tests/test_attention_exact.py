@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpy_reference as ref
 import pytest
-from attention_cases import qkv, random_walk, rel_err
+from attention_cases import random_walk, rel_err
 
 from spectral_jax import attention as sa
 

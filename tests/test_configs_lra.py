@@ -6,11 +6,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 import pytest
 
 from spectral_jax.attention import available_attentions

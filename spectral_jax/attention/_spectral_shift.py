@@ -17,7 +17,6 @@ Array = jax.Array
 
 SHIFTS = ("estimate", "exact", "zero")
 _MASKED = -1e30
-KERNELS = ("softmax", "gaussian")
 
 
 def _diag_rows(q: Array, k: Array, k_valid: Array, rows: Array) -> Array:

@@ -6,7 +6,6 @@ import json
 import os
 import pathlib
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import numpy as np
