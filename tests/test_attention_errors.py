@@ -127,3 +127,30 @@ def test_pinv_global_init_is_shared_over_batch_and_heads():
     glob = [sa.nystrom_attention(a, a, a, num_landmarks=8, pinv_init="global")[0] for a in (x, y)]
     assert bool(jnp.array_equal(per[0], per[1]))
     assert not bool(jnp.allclose(glob[0], glob[1], atol=1e-6))
+
+
+@pytest.mark.parametrize("name", [n for n in sa.available_attentions() if n != "softmax"])
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_bad_head_chunk_size(name, bad):
+    fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
+    with pytest.raises(ValueError, match=rf"`head_chunk_size` must be a positive int or None; got {bad!r}"):
+        fn(X, X, X, head_chunk_size=bad)
+
+
+@pytest.mark.parametrize("fn", [sa.nystrom_attention, sa.spectral_shift_attention])
+def test_global_pinv_init_needs_all_heads_at_once(fn):
+    with pytest.raises(ValueError, match=r"pinv_init='global'.*`head_chunk_size` must be None or >= batch \* heads = 2; got 1"):
+        fn(X, X, X, num_landmarks=4, pinv_init="global", head_chunk_size=1)
+    # None means all slices at once there, whatever the backend.
+    assert fn(X, X, X, num_landmarks=4, pinv_init="global").shape == X.shape
+
+
+@pytest.mark.parametrize("name", sa.available_attentions())
+def test_bad_seq_lengths(name):
+    fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
+    with pytest.raises(TypeError, match="`key_value_seq_lengths` must be an integer array; got dtype float32"):
+        fn(X, X, X, key_value_seq_lengths=jnp.array([3.0]))
+    with pytest.raises(ValueError, match=r"`query_seq_lengths` must have the batch shape \(1,\).*got shape \(2,\)"):
+        fn(X, X, X, query_seq_lengths=jnp.array([3, 4]))
+    with pytest.raises(ValueError, match=r"`key_value_seq_lengths` must lie in \[0, 16\].*got values from 17 to 17"):
+        fn(X, X, X, key_value_seq_lengths=jnp.array([17]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -171,3 +173,67 @@ def test_accepts_flax_attention_fn_keywords(name):
     chex.assert_trees_all_close(_call(name, q, k, v, **flax_kw), _call(name, q, k, v))
     with pytest.raises(TypeError, match="num_landmark"):
         _call(name, q, k, v, num_landmark=3)
+
+
+CHUNKED = tuple(n for n in NAMES if "head_chunk_size" in inspect.signature(get_attention(n)).parameters)
+
+
+def test_every_lifted_method_takes_head_chunk_size():
+    # Exact softmax is jax.nn.dot_product_attention itself; everything else is lifted per head.
+    assert set(NAMES) - set(CHUNKED) == {"softmax"}
+
+
+@pytest.mark.parametrize("name", CHUNKED)
+def test_head_chunks_give_the_same_outputs_and_gradients(name, inputs):
+    # B * H = 4 slices: chunks of 1 (a loop of 4 rematerialised steps), 3 (a remainder of 1)
+    # and 4 (all at once: plain vmap, no loop) must agree, padding included.
+    q, k, v, valid = inputs
+    mask = padding_mask(valid)
+    weights = jax.random.normal(jax.random.key(3), (B, N, H, D))
+
+    def run(chunk):
+        def loss(q, k, v):
+            out = _call(name, q, k, v, mask=mask, head_chunk_size=chunk)
+            return jnp.sum(out * weights), out
+
+        grad_fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))
+        (_, out), grads = grad_fn(q, k, v)
+        return out, grads
+
+    reference = run(B * H)
+    for chunk in (1, 3):
+        chex.assert_trees_all_close(run(chunk), reference, atol=1e-5, rtol=1e-5)
+
+
+def test_default_head_chunk_size_on_cpu():
+    from spectral_jax.attention._common import resolve_head_chunk_size
+
+    assert jax.default_backend() == "cpu"
+    # About 4096 tokens per step on CPU, at least one slice, and plain vmap when the loop
+    # would have two steps or fewer.
+    assert resolve_head_chunk_size("f", None, 4, 8192) == 1
+    assert resolve_head_chunk_size("f", None, 64, 256) == 16
+    assert resolve_head_chunk_size("f", None, 64, 128) == 64
+    assert resolve_head_chunk_size("f", None, 4, 48) == 4
+    assert resolve_head_chunk_size("f", 3, 4, 8192) == 3
+    assert resolve_head_chunk_size("f", 99, 4, 8192) == 4
+    assert resolve_head_chunk_size("f", None, 128, 256, together=True) == 128
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_seq_lengths_are_an_o_n_padding_mask(name, inputs):
+    # jax.nn.dot_product_attention's query_seq_lengths / key_value_seq_lengths mean right
+    # padding; they must give exactly what the equivalent (B, 1, N, N) padding mask gives,
+    # eagerly and with the lengths traced under jit.
+    q, k, v, valid = inputs
+    lengths = valid.sum(-1).astype(jnp.int32)  # [30, 48]
+    by_mask = _call(name, q, k, v, mask=padding_mask(valid))
+    by_lengths = _call(name, q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+    chex.assert_trees_all_close(by_lengths, by_mask, atol=1e-6, rtol=1e-6)
+    jitted = jax.jit(lambda lq, lk: _call(name, q, k, v, query_seq_lengths=lq,
+                                          key_value_seq_lengths=lk))(lengths, lengths)
+    chex.assert_trees_all_close(jitted, by_mask, atol=1e-5, rtol=1e-5)
+    # Lengths and a mask combine by `and`: keys by length, queries by mask.
+    query_mask = valid[:, None, :, None] & jnp.ones((1, 1, 1, N), bool)
+    both = _call(name, q, k, v, mask=query_mask, key_value_seq_lengths=lengths)
+    chex.assert_trees_all_close(both, by_mask, atol=1e-6, rtol=1e-6)

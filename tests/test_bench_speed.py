@@ -99,3 +99,16 @@ def test_default_memory_budget_is_half_the_available_host_ram_on_cpu(monkeypatch
     monkeypatch.setattr(speed, "_available_host_bytes", lambda: 10 * 2**30)
     assert speed.default_memory_budget_bytes() == 5 * 2**30
     assert 0 < speed._available_host_bytes() <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_head_chunk_size_reaches_the_methods_and_cuts_temporaries():
+    # One head per step keeps only one head's n x m kernels live; all four at once keeps four.
+    temp = {}
+    for chunk in (1, 4):
+        records = speed.run_speed(methods=["nystrom"], lengths=[1024], heads=4, head_dim=16,
+                            num_landmarks=16, modes=["fwd_bwd"], run=False, head_chunk_size=chunk)
+        temp[chunk] = {r["method"]: r["temp_bytes"] for r in records}
+    assert temp[1]["softmax"] == temp[4]["softmax"]  # exact attention takes no chunks
+    assert temp[1]["nystrom"] < 0.5 * temp[4]["nystrom"]
+    with pytest.raises(ValueError, match="`head_chunk_size` must be a positive int; got 0"):
+        speed.run_speed(methods=["nystrom"], lengths=[64], head_chunk_size=0, run=False)

@@ -89,6 +89,9 @@ def linear_attention(
     feature_map: str = "elu",
     eps: float = 1e-6,
     chunk_size: int = 128,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Linear attention: y_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + eps), φ = elu + 1.
@@ -110,6 +113,11 @@ def linear_attention(
       feature_map: ``"elu"`` (elu(x) + 1, the paper's) or ``"relu"``.
       eps: added to the normaliser (1e-6 as in fast-transformers).
       chunk_size: tokens per chunk of the causal scan.
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid (O(n) right padding, as in
+        ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
+      head_chunk_size: (example, head) slices per step, each rematerialised in the
+        backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
 
     Returns:
@@ -139,12 +147,17 @@ def linear_attention(
             f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
         )
     check_causal_lengths(method, is_causal, query, key)
-    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _linear_head, feature_map=feature_map, is_causal=is_causal, chunk_size=chunk_size,
         eps=float(eps),
     )
-    return _common.lift(head, query, key, value, q_valid, k_valid).astype(query.dtype)
+    return _common.lift(
+        head, query, key, value, q_valid, k_valid,
+        method=method, head_chunk_size=head_chunk_size,
+    ).astype(query.dtype)
 
 
 def check_causal_lengths(method: str, is_causal: bool, query: Array, key: Array) -> None:

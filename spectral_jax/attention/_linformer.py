@@ -41,6 +41,9 @@ def linformer_attention(
     is_causal: bool = False,
     key_projection: Array | None = None,
     value_projection: Array | None = None,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Linformer attention: softmax(Q (E K)ᵀ · scale) (F V), with E, F of shape (k, max_length).
@@ -61,6 +64,11 @@ def linformer_attention(
       key_projection: E, float ``(proj_len, max_length)`` shared by heads, or
         ``(heads, proj_len, max_length)`` per head. Required.
       value_projection: F, same shape as E; None shares E (Linformer's key-value sharing).
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid (O(n) right padding, as in
+        ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
+      head_chunk_size: (example, head) slices per step, each rematerialised in the
+        backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
 
     Returns:
@@ -105,11 +113,13 @@ def linformer_attention(
             f"{value_projection.shape} differ in (proj_len, max_length)."
         )
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
     b = q_valid.shape[0]
     per_head = lambda p: jnp.broadcast_to(p, (b, heads, *p.shape[-2:]))  # noqa: E731
     head = functools.partial(_linformer_head, scale=scale)
     return _common.lift(
         head, query, key, value, q_valid, k_valid, per_head(key_projection),
-        per_head(value_projection),
+        per_head(value_projection), method=method, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

@@ -83,6 +83,9 @@ def nystrom_attention(
     num_landmarks: int = 64,
     pinv_iterations: int | None = 6,
     pinv_init: str = "per_matrix",
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Nyströmformer attention: softmax(QK̃ᵀ) · A⁺ · softmax(Q̃Kᵀ) · V in O(n·m) time and memory.
@@ -112,6 +115,11 @@ def nystrom_attention(
       num_landmarks: m, the number of segment-means landmarks (reference codes: 32-256).
       pinv_iterations: iterations of the pseudo-inverse (6 in the paper); None = exact pinv.
       pinv_init: ``"per_matrix"`` (default) or ``"global"``, see :func:`iterative_pinv`.
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid (O(n) right padding, as in
+        ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
+      head_chunk_size: (example, head) slices per step, each rematerialised in the
+        backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
 
     Returns:
@@ -138,11 +146,18 @@ def nystrom_attention(
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
     if num_landmarks >= max(query.shape[-3], key.shape[-3]):
-        return _softmax.softmax_attention(query, key, value, mask=mask, scale=scale)
+        return _softmax.softmax_attention(
+            query, key, value, mask=mask, scale=scale, query_seq_lengths=query_seq_lengths,
+            key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _nystrom_head, scale=scale, num_landmarks=num_landmarks,
         pinv_iterations=pinv_iterations, pinv_init=pinv_init,
     )
-    return _common.lift(head, query, key, value, q_valid, k_valid).astype(query.dtype)
+    return _common.lift(
+        head, query, key, value, q_valid, k_valid,
+        method=method, head_chunk_size=head_chunk_size, together=pinv_init == "global",
+    ).astype(query.dtype)

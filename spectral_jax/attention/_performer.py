@@ -106,6 +106,9 @@ def performer_attention(
     projection: Array | None = None,
     eps: float = 1e-6,
     chunk_size: int = 128,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Performer (FAVOR+) attention with positive random features, unbiased for softmax.
@@ -128,6 +131,11 @@ def performer_attention(
       projection: float ``(num_features, head_dim)``, required.
       eps: feature stabiliser (1e-6 as in the JAX reference).
       chunk_size: tokens per chunk of the causal scan.
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid (O(n) right padding, as in
+        ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
+      head_chunk_size: (example, head) slices per step, each rematerialised in the
+        backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
 
     Returns:
@@ -164,9 +172,14 @@ def performer_attention(
         )
     check_causal_lengths(method, is_causal, query, key)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _performer_head, projection=projection, scale=scale, is_causal=is_causal,
         eps=float(eps), chunk_size=chunk_size,
     )
-    return _common.lift(head, query, key, value, q_valid, k_valid).astype(query.dtype)
+    return _common.lift(
+        head, query, key, value, q_valid, k_valid,
+        method=method, head_chunk_size=head_chunk_size,
+    ).astype(query.dtype)

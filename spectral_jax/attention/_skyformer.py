@@ -42,6 +42,9 @@ def kernelized_attention(
     *,
     scale: float | None = None,
     is_causal: bool = False,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Exact Gaussian-kernel attention κ(Q·c, K·c)·V with c = scale^{1/2}, in O(n²).
@@ -59,6 +62,11 @@ def kernelized_attention(
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: default ``1/sqrt(head_dim)`` (so c = head_dim^{-1/4}).
       is_causal: must be False.
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid (O(n) right padding, as in
+        ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
+      head_chunk_size: (example, head) slices per step, each rematerialised in the
+        backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
 
     Returns:
@@ -82,9 +90,14 @@ def kernelized_attention(
     method = "kernelized_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(_kernelized_head, scale=scale)
-    return _common.lift(head, query, key, value, q_valid, k_valid).astype(query.dtype)
+    return _common.lift(
+        head, query, key, value, q_valid, k_valid,
+        method=method, head_chunk_size=head_chunk_size,
+    ).astype(query.dtype)
 
 
 def _skyformer_head(
@@ -134,6 +147,9 @@ def skyformer_attention(
     rng: Array | None = None,
     ridge: float = 0.1,
     pinv_iterations: int | None = 6,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Skyformer: symmetrised Nyström approximation of :func:`kernelized_attention`.
@@ -164,6 +180,11 @@ def skyformer_attention(
       rng: a ``jax.random`` key for sampling landmarks, or None for evenly spaced landmarks.
       ridge: γ ≥ 0 added to the landmark kernel (Skyformer uses 0.1).
       pinv_iterations: iterations of :func:`iterative_pinv` (None = exact pinv).
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid (O(n) right padding, as in
+        ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
+      head_chunk_size: (example, head) slices per step, each rematerialised in the
+        backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
 
     Returns:
@@ -192,7 +213,9 @@ def skyformer_attention(
     if not isinstance(ridge, (int, float)) or ridge < 0:
         raise ValueError(f"{method}(): `ridge` must be a float >= 0; got {ridge!r}.")
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _skyformer_head, scale=scale, num_landmarks=num_landmarks, ridge=float(ridge),
         pinv_iterations=pinv_iterations,
@@ -207,4 +230,7 @@ def skyformer_attention(
                 f"got {type(rng).__name__} {getattr(rng, 'shape', '')}."
             )
         args = (_common.fold_in_rng(rng, q_valid.shape[0], q_valid.shape[1]),)
-    return _common.lift(head, query, key, value, q_valid, k_valid, *args).astype(query.dtype)
+    return _common.lift(
+        head, query, key, value, q_valid, k_valid, *args,
+        method=method, head_chunk_size=head_chunk_size,
+    ).astype(query.dtype)

@@ -27,6 +27,8 @@ def softmax_attention(
     scale: float | None = None,
     is_causal: bool = False,
     implementation: str | None = None,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Exact scaled dot-product attention, softmax(q kᵀ · scale + bias) v.
@@ -44,6 +46,10 @@ def softmax_attention(
       scale: logit scale; default ``1/sqrt(head_dim)``.
       is_causal: if True, query i attends to keys j <= i (+ kv_len - q_len).
       implementation: passed to ``jax.nn.dot_product_attention`` (None, "xla" or "cudnn").
+      query_seq_lengths: optional int ``(batch...,)``: only the first ``query_seq_lengths``
+        queries of each example are valid (combined with ``mask``).
+      key_value_seq_lengths: optional int ``(batch...,)``: only the first
+        ``key_value_seq_lengths`` keys and values of each example are valid.
       **flax_kwargs: Flax ``attention_fn`` keywords (``dropout_rng``, ``deterministic``, ...)
         are accepted and ignored: this function has no attention dropout.
 
@@ -76,6 +82,15 @@ def softmax_attention(
         _common.check_mask_shape(method, mask, full)
     if bias is not None:
         _common.check_mask_shape(method, jnp.asarray(bias), full, name="bias")
+    q_prefix = _common.seq_lengths_valid(method, "query_seq_lengths", query_seq_lengths,
+                                         batch_shape, q_len)
+    k_prefix = _common.seq_lengths_valid(method, "key_value_seq_lengths",
+                                         key_value_seq_lengths, batch_shape, kv_len)
+    # Folded into the mask as (batch..., 1, q_len, 1) and (batch..., 1, 1, kv_len).
+    for prefix in (None if q_prefix is None else q_prefix[..., None, :, None],
+                   None if k_prefix is None else k_prefix[..., None, None, :]):
+        if prefix is not None:
+            mask = prefix if mask is None else mask & prefix
     if is_causal:
         # Folded into the mask so the empty-row check below sees it too.
         mask = _causal_and(mask, q_len, kv_len)

@@ -74,7 +74,8 @@ def _shift_head(
         # n_valid <= m: every token is its own landmark, nothing is left to shift.
         delta = jnp.where(
             n_valid > m_valid,
-            jnp.maximum(trace_s - trace_nystrom, 0.0) / jnp.maximum(n_valid - m_valid, 1),
+            # At most 1: S is row-stochastic, its eigenvalues lie in the unit disk.
+            jnp.clip((trace_s - trace_nystrom) / jnp.maximum(n_valid - m_valid, 1), 0.0, 1.0),
             0.0,
         )
         # U = Z − δ·G with G = F⁺B⁺ = (FᵀF)⁺ (BF)ᵀ (BBᵀ)⁺: the CUR-consistent correction, so
@@ -112,6 +113,9 @@ def spectral_shift_attention(
     pinv_iterations: int | None = 6,
     pinv_init: str = "per_matrix",
     shift: str = "estimate",
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Spectrally shifted Nyström attention: S ≈ F·U·B + δ·I, so out = F(U(BV)) + δ·V.
@@ -121,10 +125,13 @@ def spectral_shift_attention(
     m×m Gram matrices FᵀF, BBᵀ and BF with the same iteration). The shift is the mean of the
     Nyström residual's diagonal,
 
-        δ = max(0, (tr S − tr(F Z B)) / (n_valid − m_valid)),
+        δ = clip((tr S − tr(F Z B)) / (n_valid − m_valid), 0, 1),
 
     with n_valid the valid tokens and m_valid the non-empty landmarks; δ = 0 when
-    n_valid ≤ m_valid. tr(F Z B) = tr(Z·(BF)) costs O(n·m²). tr S is obtained by ``shift``:
+    n_valid ≤ m_valid. The bound 1 is ours: S is row-stochastic, so its eigenvalues, and the
+    mean of those the low-rank part misses, have modulus at most 1; without it, sharp inputs
+    (S ≈ I) whose Nyström part carries less than m of the trace gave δ up to 1.08 and larger
+    errors (n = 1024, 128 landmarks, mean of 3 seeds: 0.143 unclipped, 0.121 clipped). tr(F Z B) = tr(Z·(BF)) costs O(n·m²). tr S is obtained by ``shift``:
 
     - ``"estimate"`` (default, O(n·m·d), the cost of one landmark kernel): n_valid times the
       mean of S_ii over ``num_landmarks`` rows spread evenly over the valid tokens, each with
@@ -150,6 +157,11 @@ def spectral_shift_attention(
       pinv_iterations: iterations of :func:`iterative_pinv` (None = exact pinv).
       pinv_init: ``"per_matrix"`` or ``"global"``.
       shift: ``"estimate"``, ``"exact"`` or ``"zero"`` (how tr S, hence δ, is obtained).
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid (O(n) right padding, as in
+        ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
+      head_chunk_size: (example, head) slices per step, each rematerialised in the
+        backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
 
     Returns:
@@ -179,14 +191,21 @@ def spectral_shift_attention(
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
     _check_shift_args(method, query, key, shift)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
     if num_landmarks >= query.shape[-3]:
-        return _softmax.softmax_attention(query, key, value, mask=mask, scale=scale)
+        return _softmax.softmax_attention(
+            query, key, value, mask=mask, scale=scale, query_seq_lengths=query_seq_lengths,
+            key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
         pinv_init=pinv_init, shift=shift, return_delta=False,
     )
-    return _common.lift(head, query, key, value, q_valid, k_valid).astype(query.dtype)
+    return _common.lift(
+        head, query, key, value, q_valid, k_valid,
+        method=method, head_chunk_size=head_chunk_size, together=pinv_init == "global",
+    ).astype(query.dtype)
 
 
 def spectral_shift_delta(
@@ -208,7 +227,7 @@ def spectral_shift_delta(
         :func:`spectral_shift_attention`.
 
     Returns:
-      float32 (or wider) ``(batch..., heads)``, δ ≥ 0 (dimensionless: a weight on V).
+      float32 (or wider) ``(batch..., heads)``, 0 ≤ δ ≤ 1 (dimensionless: a weight on V).
 
     Raises:
       ValueError, TypeError: as :func:`spectral_shift_attention`.

@@ -80,6 +80,9 @@ def symmetric_spectral_shift_attention(
     pinv_iterations: int | None = None,
     normalize: bool | None = None,
     shift: bool = True,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Spectral shifting of an SPSD attention kernel K(X, X) with X = query = key.
@@ -112,6 +115,11 @@ def symmetric_spectral_shift_attention(
         assume them), or an iteration count for :func:`iterative_pinv`.
       normalize: divide rows by the approximated row sums (see above).
       shift: False gives the plain Nyström approximation C W⁺ Cᵀ (δ = 0).
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid (O(n) right padding, as in
+        ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
+      head_chunk_size: (example, head) slices per step, each rematerialised in the
+        backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
 
     Returns:
@@ -156,11 +164,16 @@ def symmetric_spectral_shift_attention(
     scale = _common.default_scale(method, scale, query.shape[-1])
     if normalize is None:
         normalize = kernel == "softmax"
-    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _symmetric_head, scale=scale, kernel=kernel, num_landmarks=num_landmarks,
         pinv_iterations=pinv_iterations, normalize=bool(normalize), shift=bool(shift),
     )
     # The per-head core takes one point set; lift() passes (q, k, v, q_valid, k_valid).
     core = lambda q, k, v, qv, kv: head(q, v, qv & kv)  # noqa: E731
-    return _common.lift(core, query, key, value, q_valid, k_valid).astype(query.dtype)
+    return _common.lift(
+        core, query, key, value, q_valid, k_valid,
+        method=method, head_chunk_size=head_chunk_size,
+    ).astype(query.dtype)

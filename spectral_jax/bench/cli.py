@@ -49,7 +49,7 @@ def _speed(args: argparse.Namespace) -> int:
         head_dim=args.head_dim, dtype=args.dtype, num_landmarks=args.num_landmarks,
         num_features=args.num_features, proj_len=args.proj_len, repeats=args.repeats,
         warmup=args.warmup, memory_budget_bytes=budget, modes=args.modes,
-        run=not args.compile_only, progress=console.print,
+        head_chunk_size=args.head_chunk_size, run=not args.compile_only, progress=console.print,
     )
     records = speed.add_ratios(records)
     config = {k: v for k, v in vars(args).items() if k != "func"}
@@ -165,6 +165,9 @@ def add_parser(subparsers: Any) -> None:
     sp.add_argument("--memory-budget-gb", type=float, default=None,
                     help="skip configurations whose compiled peak exceeds this many GiB "
                          "(default: 0.9 x the accelerator memory limit, else 0.5 x the host's available RAM, since XLA's CPU estimate undercounts)")
+    sp.add_argument("--head-chunk-size", type=int, default=None,
+                    help="(example, head) slices per step for the approximate methods; "
+                         "default: about 4096 tokens' worth on CPU for long inputs, else all")
     sp.add_argument("--compile-only", action="store_true",
                     help="compile and report memory without timing anything")
     sp.add_argument("--out", default="bench_speed", help="writes OUT.json and OUT.png")

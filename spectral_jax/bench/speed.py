@@ -103,13 +103,17 @@ def peak_bytes(compiled: jax.stages.Compiled) -> int:
     return int(max(total, getattr(stats, "peak_memory_in_bytes", 0)))
 
 
-def benchmark_function(name: str, mode: str, budget: int | None) -> Callable[..., Any]:
+def benchmark_function(
+    name: str, mode: str, budget: int | None, head_chunk_size: int | None = None
+) -> Callable[..., Any]:
     """The function ``bench speed`` times: forward, or forward + gradient w.r.t. q, k, v.
 
     Args:
       name: a registered method name.
       mode: ``"fwd"`` or ``"fwd_bwd"``.
       budget: num_landmarks for landmark methods; other budgets live in the state.
+      head_chunk_size: passed to every method but exact softmax (None: the method's default,
+        which depends on the backend).
 
     Returns:
       ``f(query, key, value, state)``; for ``"fwd_bwd"`` it returns the three gradients of
@@ -127,7 +131,9 @@ def benchmark_function(name: str, mode: str, budget: int | None) -> Callable[...
     """
     if mode not in MODES:
         raise ValueError(f"`mode` must be one of {MODES}; got {mode!r}.")
-    fn = methods_lib.bind(name, budget)
+    static = {} if name == EXACT or head_chunk_size is None else {
+        "head_chunk_size": head_chunk_size}
+    fn = methods_lib.bind(name, budget, **static)
     if mode == "fwd":
         return fn
 
@@ -163,6 +169,7 @@ def run_speed(
     warmup: int = 1,
     memory_budget_bytes: int | None = None,
     modes: Sequence[str] = MODES,
+    head_chunk_size: int | None = None,
     run: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -185,6 +192,9 @@ def run_speed(
       memory_budget_bytes: skip configurations whose compiled peak exceeds it; default
         :func:`default_memory_budget_bytes`.
       modes: subset of ``MODES``.
+      head_chunk_size: (example, head) slices per step for the approximate methods; None
+        uses each method's default (about 4096 tokens' worth per step on CPU for long inputs,
+        else all at once).
       run: if False only compile and read memory (no timing); used by tests and dry runs.
       progress: called with one line per event (skips included).
 
@@ -221,6 +231,8 @@ def run_speed(
         _check_positive(name, value)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"`warmup` must be an int >= 0; got {warmup!r}.")
+    if head_chunk_size is not None:
+        _check_positive("head_chunk_size", head_chunk_size)
     if memory_budget_bytes is None:
         memory_budget_bytes = default_memory_budget_bytes()
     _check_positive("memory_budget_bytes", memory_budget_bytes)
@@ -244,7 +256,8 @@ def run_speed(
                 }
                 start = time.perf_counter()
                 try:
-                    compiled = jax.jit(benchmark_function(name, mode, budget)).lower(
+                    compiled = jax.jit(benchmark_function(
+                        name, mode, budget, head_chunk_size)).lower(
                         spec, spec, spec, state_spec).compile()
                 except ValueError as err:  # e.g. a budget larger than this length allows
                     record["skipped"] = f"does not compile at n={n}: {err}"
