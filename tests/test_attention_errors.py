@@ -135,6 +135,9 @@ def test_bad_head_chunk_size(name, bad):
     fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
     with pytest.raises(ValueError, match=rf"`head_chunk_size` must be a positive int or None; got {bad!r}"):
         fn(X, X, X, head_chunk_size=bad)
+    if name in ("nystrom", "spectral_shift"):  # every token a landmark: the exact path
+        with pytest.raises(ValueError, match=r"`head_chunk_size` must be a positive int or None"):
+            fn(X, X, X, num_landmarks=16, head_chunk_size=bad)
 
 
 @pytest.mark.parametrize("fn", [sa.nystrom_attention, sa.spectral_shift_attention])

@@ -13,7 +13,7 @@ from attention_cases import (
     APPROXIMATE, CAUSAL, NAMES, NON_CAUSAL, method_kwargs, padding_mask, qkv,
 )
 
-from spectral_jax.attention import get_attention
+from spectral_jax.attention import get_attention, spectral_shift_delta
 
 B, N, H, D = 2, 48, 2, 8
 
@@ -237,3 +237,8 @@ def test_seq_lengths_are_an_o_n_padding_mask(name, inputs):
     query_mask = valid[:, None, :, None] & jnp.ones((1, 1, 1, N), bool)
     both = _call(name, q, k, v, mask=query_mask, key_value_seq_lengths=lengths)
     chex.assert_trees_all_close(both, by_mask, atol=1e-6, rtol=1e-6)
+    if name == "spectral_shift":
+        chex.assert_trees_all_close(
+            spectral_shift_delta(q, k, num_landmarks=8, query_seq_lengths=lengths,
+                                 key_value_seq_lengths=lengths),
+            spectral_shift_delta(q, k, padding_mask(valid), num_landmarks=8), atol=1e-6)

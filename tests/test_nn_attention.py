@@ -270,6 +270,12 @@ def test_bad_configuration_errors():
                            rngs=rngs)
     with pytest.raises(ValueError, match="dropout_rate.*'nystrom'"):
         MultiHeadAttention(H, E, attention="nystrom", dropout_rate=0.1, rngs=rngs)
+    with pytest.raises(ValueError, match=r"attention_kwargs\['key_value_seq_lengths'\] is per-call"):
+        MultiHeadAttention(H, E, attention="nystrom",
+                           attention_kwargs={"key_value_seq_lengths": jnp.array([3, 3])}, rngs=rngs)
+    with pytest.raises(ValueError, match=r"attention_kwargs\['head_chunk_size'\] must be a positive int, got 0"):
+        MultiHeadAttention(H, E, attention="nystrom", attention_kwargs={"head_chunk_size": 0},
+                           rngs=rngs)
     with pytest.raises(ValueError, match="max_length"):
         MultiHeadAttention(H, E, attention="linformer", rngs=rngs)
     with pytest.raises(ValueError, match="sharing.*'headwise'"):

@@ -145,6 +145,8 @@ def nystrom_attention(
     method = "nystrom_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
+    # Checked here too, as the num_landmarks >= length path below never reaches lift().
+    _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_valid, k_valid = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,

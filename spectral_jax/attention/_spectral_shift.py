@@ -189,6 +189,8 @@ def spectral_shift_attention(
     method = "spectral_shift_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
+    # Checked here too, as the num_landmarks >= length path below never reaches lift().
+    _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
     _check_shift_args(method, query, key, shift)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_valid, k_valid = _common.padding_from_mask(
@@ -218,13 +220,15 @@ def spectral_shift_delta(
     pinv_iterations: int | None = 6,
     pinv_init: str = "per_matrix",
     shift: str = "estimate",
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
 ) -> Array:
     """The spectral shift δ that :func:`spectral_shift_attention` would use, per batch and head.
 
     Args:
       query, key: float ``(batch..., n, heads, head_dim)``.
-      mask, scale, num_landmarks, pinv_iterations, pinv_init, shift: as in
-        :func:`spectral_shift_attention`.
+      mask, scale, num_landmarks, pinv_iterations, pinv_init, shift, query_seq_lengths,
+        key_value_seq_lengths: as in :func:`spectral_shift_attention`.
 
     Returns:
       float32 (or wider) ``(batch..., heads)``, 0 ≤ δ ≤ 1 (dimensionless: a weight on V).
@@ -244,7 +248,9 @@ def spectral_shift_delta(
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
     _check_shift_args(method, query, key, shift)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(method, mask, query, key)
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
     ct = _common.compute_dtype(query.dtype)
     if num_landmarks >= query.shape[-3]:
         return jnp.zeros(query.shape[:-3] + query.shape[-2:-1], ct)

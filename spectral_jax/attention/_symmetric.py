@@ -101,6 +101,15 @@ def symmetric_spectral_shift_attention(
     result is exact. ``normalize`` defaults to True for ``"softmax"`` (softmax-like rows)
     and False for ``"gaussian"`` (kernelized attention is unnormalised).
 
+    Caution: one δ models the whole diagonal, so this works when K's diagonal is nearly
+    constant (the Gaussian kernel's is 1; softmax with tokens of similar norms). With the
+    softmax kernel on q = k ~ N(0, 1), K_ii = exp(s‖x_i‖²) spans orders of magnitude and the
+    normalised output is far off: relative error 4.6 / 4.9 / 7.2 at (n, m, d) = (9, 4, 4),
+    (64, 8, 16), (256, 16, 32) in float64, against 0.43 / 0.90 / 0.97 with ``shift=False``.
+    The same inputs are ill-conditioned in float32, where results change visibly with
+    rounding (e.g. between ``head_chunk_size`` settings). For general softmax attention use
+    :func:`spectral_shift_attention`.
+
     Args:
       query: float ``(batch..., n, heads, head_dim)``, the shared query/key X.
       key: None or the same array as ``query``; anything else is rejected.

@@ -56,7 +56,9 @@ def _speed(args: argparse.Namespace) -> int:
     config["memory_budget_bytes"] = budget
     title = (f"bench speed: batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}, "
              f"{args.dtype}, {args.num_landmarks} landmarks, {args.num_features} features, "
-             f"proj_len {args.proj_len}")
+             f"proj_len {args.proj_len}"
+             + ("" if args.head_chunk_size is None else
+                f", head_chunk_size {args.head_chunk_size}"))
     console.print(report.speed_table(records, title=title))
     for note in report.speed_notes(records):
         console.print(f"[yellow]{note}[/yellow]")

@@ -46,6 +46,10 @@ class RandomFeatures(nnx.Variable):
 nnx.register_variable_name("random_features", RandomFeatures)
 
 
+# Arrays that describe one call's inputs; a module takes them through `mask` instead.
+_PER_CALL = frozenset({"query_seq_lengths", "key_value_seq_lengths"})
+
+
 def _method_parameters(fn: Any) -> frozenset[str]:
     """Names of the method parameters of an attention function (not q/k/v/bias/mask)."""
     params = inspect.signature(fn).parameters.values()
@@ -180,6 +184,11 @@ class MultiHeadAttention(nnx.Module):
                 )
         method_params = _method_parameters(spec.fn) - FLAX_KWARGS
         for name in kwargs:
+            if name in _PER_CALL:
+                raise ValueError(
+                    f"attention_kwargs[{name!r}] is per-call data, not a module option; pass "
+                    "the padding to __call__ as `mask` (e.g. nnx.make_attention_mask)."
+                )
             if name in _MODULE_CONTROLLED or name not in method_params:
                 allowed = sorted((method_params - _MODULE_CONTROLLED) | set(_MODULE_OPTIONS))
                 raise ValueError(
@@ -187,6 +196,8 @@ class MultiHeadAttention(nnx.Module):
                     f"allowed: {allowed}."
                 )
 
+        if kwargs.get("head_chunk_size") is not None:
+            _check_positive_int("attention_kwargs['head_chunk_size']", kwargs["head_chunk_size"])
         self.num_heads = num_heads
         self.head_dim = qkv_features // num_heads
         self.attention = attention
