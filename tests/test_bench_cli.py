@@ -75,5 +75,9 @@ def test_bench_bad_arguments_exit_2(tmp_path, capsys):
     rc = cli.main(["bench", "speed", "--lengths", "0", "--out", str(tmp_path / "s")])
     assert rc == 2
     assert "lengths[0]" in capsys.readouterr().err
+    rc = cli.main(["bench", "speed", "--lengths", "64", "--head-chunk-size", "0",
+                   "--out", str(tmp_path / "s")])
+    assert rc == 2  # the message names the flag, not the Python parameter
+    assert "`--head-chunk-size` must be a positive int; got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse rejects unknown methods itself
         cli.main(["bench", "speed", "--methods", "flash"])

@@ -125,7 +125,11 @@ def _guard(fn: Any) -> Any:
         try:
             return fn(args)
         except _USER_ERRORS as err:
-            print(f"spectral-jax bench {args.bench_command}: error: {err}", file=sys.stderr)
+            message = str(err)
+            # The library names its Python parameters; on the command line they are flags.
+            for name in vars(args):
+                message = message.replace(f"`{name}`", f"`--{name.replace('_', '-')}`")
+            print(f"spectral-jax bench {args.bench_command}: error: {message}", file=sys.stderr)
             return 2
 
     return run

@@ -150,6 +150,12 @@ def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
         ax.grid(True, which="both", alpha=0.3)
     if ax_t.get_legend_handles_labels()[0]:
         ax_t.legend(fontsize=8)
+    else:  # compiled only: memory is all there is
+        ax_t.set_axis_off()
+        ax_t.text(0.5, 0.5, "not timed (compile only)", ha="center", va="center",
+                  transform=ax_t.transAxes)
+        if ax_m.get_legend_handles_labels()[0]:
+            ax_m.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     path = pathlib.Path(path)
