@@ -45,7 +45,7 @@ def test_dump_qkv_then_bench_error(run_dir, tmp_path):
 def test_dump_qkv_bad_layer_and_missing_run(run_dir, tmp_path, capsys):
     assert cli.main(["bench", "dump-qkv", "--workdir", str(run_dir), "--out",
                      str(tmp_path / "q.npz"), "--layer", "5"]) == 2
-    assert "`layer` must be an int in [0, 2)" in capsys.readouterr().err
+    assert "`--layer` must be an int in [0, 2)" in capsys.readouterr().err
     assert cli.main(["bench", "dump-qkv", "--workdir", str(tmp_path / "none"), "--out",
                      str(tmp_path / "q.npz")]) == 2
     assert "no run in workdir" in capsys.readouterr().err
