@@ -22,11 +22,7 @@ import ml_collections
 
 from spectral_jax.train import config_lib
 
-_SMALL_MODEL = {
-    "vocab_size": 256, "num_layers": 2, "embed_dim": 64, "num_heads": 2, "qkv_dim": 64,
-    "mlp_dim": 128, "dropout_rate": 0.1, "attention_dropout_rate": 0.1, "pooling": "mean",
-    "positional": "learned",
-}
+_SMALL_MODEL = {**config_lib.SMALL_MODEL, "vocab_size": 256}
 
 LRA = {
     "data": {"dir": "data/cifar10", "options": {"source": "cifar10"}},
@@ -49,8 +45,7 @@ SMALL = {
     "model": {**_SMALL_MODEL, "max_length": 1024},
     "train": {
         "steps": 35000, "batch_size": 256, "eval_every": 175, "eval_steps": 20, "log_every": 175,
-        "optimizer": {"learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6,
-                      "weight_decay": 0.0},
+        "optimizer": config_lib.SMALL_OPTIMIZER,
         "schedule": {"name": "linear", "warmup_steps": 175},
     },
 }
@@ -61,8 +56,7 @@ QUICK = {
     "train": {
         "steps": 300, "batch_size": 32, "eval_every": 100, "eval_steps": 20, "log_every": 50,
         "grad_clip_norm": 1.0,
-        "optimizer": {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.98, "eps": 1e-9,
-                      "weight_decay": 0.01},
+        "optimizer": config_lib.QUICK_OPTIMIZER,
         "schedule": {"name": "linear", "warmup_steps": 30},
     },
 }

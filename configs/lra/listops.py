@@ -42,15 +42,10 @@ LRA = {
 
 SMALL = {
     "data": {"dir": "data/lra_release/listops-1000", "options": {"max_length": 2000}},
-    "model": {
-        "vocab_size": 17, "max_length": 2000, "num_layers": 2, "embed_dim": 64,
-        "num_heads": 2, "qkv_dim": 64, "mlp_dim": 128, "dropout_rate": 0.1,
-        "attention_dropout_rate": 0.1, "pooling": "mean", "positional": "learned",
-    },
+    "model": {**config_lib.SMALL_MODEL, "vocab_size": 17, "max_length": 2000},
     "train": {
         "steps": 5000, "batch_size": 32, "eval_every": 50, "eval_steps": 62, "log_every": 50,
-        "optimizer": {"learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6,
-                      "weight_decay": 0.0},
+        "optimizer": config_lib.SMALL_OPTIMIZER,
         "schedule": {"name": "linear", "warmup_steps": 1000},
     },
 }
@@ -70,8 +65,7 @@ QUICK = {
     "train": {
         "steps": 3500, "batch_size": 32, "eval_every": 500, "log_every": 100,
         "grad_clip_norm": 1.0,
-        "optimizer": {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.98, "eps": 1e-9,
-                      "weight_decay": 0.01},
+        "optimizer": config_lib.QUICK_OPTIMIZER,
         "schedule": {"name": "linear", "warmup_steps": 200},
     },
     # Landmarks well below the 128-token length, so the quick run exercises the approximation.

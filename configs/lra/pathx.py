@@ -21,11 +21,7 @@ import ml_collections
 
 from spectral_jax.train import config_lib
 
-_SMALL_MODEL = {
-    "vocab_size": 256, "num_layers": 2, "embed_dim": 64, "num_heads": 2, "qkv_dim": 64,
-    "mlp_dim": 128, "dropout_rate": 0.1, "attention_dropout_rate": 0.1, "pooling": "mean",
-    "positional": "learned",
-}
+_SMALL_MODEL = {**config_lib.SMALL_MODEL, "vocab_size": 256}
 _DATA = {"dir": "data/lra_release",
          "options": {"resolution": 128, "difficulty": "curv_contour_length_14"}}
 
@@ -51,8 +47,7 @@ SMALL = {
     "train": {
         "steps": 500000, "batch_size": 64, "eval_every": 2500, "eval_steps": 312,
         "log_every": 500, "grad_clip_norm": 1.0,
-        "optimizer": {"learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6,
-                      "weight_decay": 0.0},
+        "optimizer": config_lib.SMALL_OPTIMIZER,
         "schedule": {"name": "linear", "warmup_steps": 2500},
     },
 }
@@ -63,8 +58,7 @@ QUICK = {
     "train": {
         "steps": 100, "batch_size": 8, "eval_every": 50, "eval_steps": 10, "log_every": 25,
         "grad_clip_norm": 1.0,
-        "optimizer": {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.98, "eps": 1e-9,
-                      "weight_decay": 0.01},
+        "optimizer": config_lib.QUICK_OPTIMIZER,
         "schedule": {"name": "linear", "warmup_steps": 10},
     },
 }

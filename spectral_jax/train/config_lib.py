@@ -17,6 +17,19 @@ TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 PROTOCOLS = ("lra", "small", "quick")
 SCHEDULES = ("rsqrt", "cosine", "linear", "constant")
 
+# The "small" protocol's model and optimizer are the same for every task (the Nystromformer /
+# Skyformer comparison setup); task configs add vocab_size and max_length.
+SMALL_MODEL: dict[str, Any] = {
+    "num_layers": 2, "embed_dim": 64, "num_heads": 2, "qkv_dim": 64, "mlp_dim": 128,
+    "dropout_rate": 0.1, "attention_dropout_rate": 0.1, "pooling": "mean",
+    "positional": "learned",
+}
+SMALL_OPTIMIZER: dict[str, Any] = {
+    "learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6, "weight_decay": 0.0}
+# The "quick" CPU smoke runs share one AdamW setting across tasks.
+QUICK_OPTIMIZER: dict[str, Any] = {
+    "learning_rate": 1e-3, "b1": 0.9, "b2": 0.98, "eps": 1e-9, "weight_decay": 0.01}
+
 # Method parameters recorded in every config (they define the result). Budgets follow the papers:
 # Nystromformer / Skyformer use 64-128 landmarks or features (reference lra.md sections 5-6).
 ATTENTION_DEFAULTS: dict[str, dict[str, Any]] = {
