@@ -143,12 +143,28 @@ def test_spectral_shift_matches_numpy_closed_form():
     qn, kn, vn = _np(q), _np(k), _np(v)
     f, a, b = ref.nystrom_kernels(qn, kn, 1 / np.sqrt(8), m, valid)
     s = ref.softmax(qn @ kn.T / np.sqrt(8))
-    z = np.linalg.pinv(a)
-    delta = min(1.0, max(0.0, (np.trace(s) - np.trace(f @ z @ b)) / (96 - m)))
-    g = np.linalg.pinv(f.T @ f) @ (b @ f).T @ np.linalg.pinv(b @ b.T)
-    expected = f @ ((z - delta * g) @ (b @ vn)) + delta * vn
-    np.testing.assert_allclose(_np(out), expected, atol=1e-8)
-    assert delta > 0.3  # sharp attention: the residual's diagonal is large
+    nys = f @ np.linalg.pinv(a) @ b
+    delta = (np.trace(s) - np.trace(nys)) / (96 - np.trace(nys))
+    assert 0.3 < delta < 1.0  # sharp attention: the residual's diagonal is large, no clipping
+    approx = (1 - delta) * nys + delta * np.eye(96)
+    np.testing.assert_allclose(_np(out), approx @ vn, atol=1e-8)
+    # The defining properties: the shifted matrix has S's trace, and rows that sum to one.
+    np.testing.assert_allclose(np.trace(approx), np.trace(s), rtol=1e-10)
+    np.testing.assert_allclose(approx.sum(-1), 1.0, atol=1e-8)
+    np.testing.assert_allclose(
+        float(sa.spectral_shift_delta(q, k, num_landmarks=m, pinv_iterations=None, shift="exact")[0, 0]),
+        delta, rtol=1e-10)
+
+
+def test_spectral_shift_on_identity_attention_is_exact():
+    # q = k with huge norms: S = I to float64 precision, tr S = n, δ = 1, and the output is V
+    # whatever the landmarks; the pre-(1 − δ) form F(Z − δF⁺B⁺)B + δI missed this by 3-12%.
+    q, k, v = _sharp(2, n=256, d=64, norm=3.0)
+    exact = sa.reference_attention(q, k, v)
+    np.testing.assert_allclose(_np(exact), _np(v), atol=1e-12)
+    for m in (8, 32, 64):
+        out = sa.spectral_shift_attention(q, k, v, num_landmarks=m, shift="exact")
+        assert rel_err(out, exact) < 1e-9, m
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -172,12 +188,14 @@ def test_delta_nonnegative_and_estimate_tracks_exact_trace():
         est = float(sa.spectral_shift_delta(q, k, num_landmarks=16)[0, 0])
         exact = float(sa.spectral_shift_delta(q, k, num_landmarks=16, shift="exact")[0, 0])
         assert 0 <= est <= 1 and 0 <= exact <= 1
-        # 16 sampled rows of 256: δ within 15%, and the output as accurate as with exact tr S.
+        # 16 sampled rows of 256: δ within 15%, and the output within 8% of its error with
+        # the exact tr S (the whole low-rank part is weighted by 1 − δ; over seeds 0-5 of the
+        # sharp case the estimate was 6% worse at most, and better as often as not).
         assert abs(est - exact) <= 0.15 * max(exact, 0.02), (regime, est, exact)
         target = sa.reference_attention(q, k, v)
         err_est = rel_err(sa.spectral_shift_attention(q, k, v, num_landmarks=16), target)
         err_exact = rel_err(sa.spectral_shift_attention(q, k, v, num_landmarks=16, shift="exact"), target)
-        assert err_est <= 1.02 * err_exact, (regime, err_est, err_exact)
+        assert err_est <= 1.08 * err_exact, (regime, err_est, err_exact)
     # Pure noise tokens with large norms: the tokens are nearly orthogonal, S ≈ I, δ ≈ 1.
     q, k, _ = _sharp(5, norm=4.0)
     assert float(sa.spectral_shift_delta(q, k, num_landmarks=16, shift="exact")[0, 0]) == pytest.approx(1.0, abs=0.1)

@@ -11,7 +11,11 @@ from PIL import Image
 from spectral_jax import cli
 
 
-def test_bench_speed_writes_json_table_and_plot(tmp_path, capsys):
+def test_bench_speed_writes_json_table_and_plot(tmp_path, capsys, monkeypatch):
+    # CPU timings depend on the allocator, so the run records the variables that choose it.
+    monkeypatch.setenv("MALLOC_CONF", "retain:true")
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
     out = tmp_path / "speed"
     rc = cli.main(["bench", "speed", "--methods", "nystrom", "--lengths", "64", "128",
                    "--heads", "1", "--head-dim", "8", "--num-landmarks", "8", "--repeats", "1",
@@ -23,6 +27,7 @@ def test_bench_speed_writes_json_table_and_plot(tmp_path, capsys):
     assert recs[("softmax", 128)]["time_ratio"] == 1.0
     assert recs[("nystrom", 128)]["growth_per_doubling"] > 0
     assert payload["config"]["num_landmarks"] == 8 and payload["environment"]["backend"] == "cpu"
+    assert payload["environment"]["allocator_env"] == {"MALLOC_CONF": "retain:true"}
     assert Image.open(tmp_path / "speed.png").size[0] > 500
     text = capsys.readouterr().out
     assert "time/exact" in text and "nystrom" in text

@@ -62,13 +62,10 @@ def test_implicit_matrix_is_the_attention_matrix():
 
 
 def test_every_budgeted_method_error_falls(landmark_rows):
-    for regime in ("diffuse", "random_walk"):
+    for regime in ("diffuse", "sharp", "random_walk"):
         for method in ("nystrom", "spectral_shift", "skyformer", "linformer"):
             errs = [landmark_rows[(regime, method, b)] for b in BUDGETS]
             assert all(a > b for a, b in zip(errs, errs[1:])), (regime, method, errs)
-    for method in ("nystrom", "skyformer", "linformer"):  # spectral_shift: see below
-        errs = [landmark_rows[("sharp", method, b)] for b in BUDGETS]
-        assert all(a > b for a, b in zip(errs, errs[1:])), ("sharp", method, errs)
 
 
 def test_performer_error_falls_with_features():
@@ -158,3 +155,13 @@ def test_regimes_have_the_advertised_sharpness():
     lag1 = float(jnp.corrcoef(walk[:-1], walk[1:])[0, 1])
     assert lag1 == pytest.approx(np.exp(-1 / 16), abs=0.03)
     assert float(jnp.var(walk)) == pytest.approx(1.0, abs=0.2)
+
+
+@pytest.mark.parametrize("regime", inputs.REGIMES)
+def test_inputs_keep_their_dtype_with_x64_enabled(regime):
+    # The random walk used to promote to float64 inside its scan and fail under x64.
+    with jax.enable_x64(True):
+        for dtype in (jnp.float32, jnp.float64):
+            q, k, v = inputs.make_inputs(regime, jax.random.key(0), length=16, heads=1,
+                                         head_dim=4, dtype=dtype)
+            assert q.dtype == k.dtype == v.dtype == dtype

@@ -30,6 +30,7 @@ def test_every_benchmarked_function_compiles_forward_and_backward():
         (m, mode) for m in available_attentions() for mode in speed.MODES}
     for r in records:
         assert r["skipped"] is None and r["time_s"] is None, r
+        assert r["minor_faults_per_call"] is None  # nothing ran
         assert r["peak_bytes"] >= 3 * 64 * 2 * 16 * 4  # at least q, k, v
 
 
@@ -58,6 +59,8 @@ def test_timing_is_the_median_of_repeats_and_small_configs_run():
     assert len(records) == 4
     for r in records:
         assert len(r["times_s"]) == 3 and r["time_s"] == statistics.median(r["times_s"]) > 0
+        # Linux has `resource`: the page faults of the timed calls are counted, never negative.
+        assert r["minor_faults_per_call"] >= 0
 
 
 def test_add_ratios_hand_computed():

@@ -12,6 +12,7 @@ one message and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 from typing import Any
@@ -29,10 +30,15 @@ def _environment() -> dict[str, Any]:
     import jax
 
     device = jax.devices()[0]
+    # CPU timings at long n depend on the allocator (see benchmarks/README.md), so a run says
+    # which one it had.
+    allocator = {name: os.environ[name] for name in ("LD_PRELOAD", "MALLOC_CONF", "XLA_FLAGS")
+                 if os.environ.get(name)}
     return {"jax": jax.__version__, "backend": jax.default_backend(),
             "device": getattr(device, "device_kind", str(device)),
             "device_count": jax.device_count(), "host": platform.node(),
-            "cpu_count": __import__("os").cpu_count(), "python": platform.python_version()}
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "allocator_env": allocator}
 
 
 def _speed(args: argparse.Namespace) -> int:

@@ -43,7 +43,8 @@ def random_walk_tokens(rng: Array, shape: tuple[int, ...], correlation_length: f
     rho = float(np.exp(-1.0 / correlation_length))
     noise = jax.random.normal(rng, shape, jnp.float32)
     first = noise[:, :1]
-    steps = np.sqrt(1.0 - rho * rho) * noise[:, 1:]
+    # A Python float is weakly typed: the walk stays float32 with jax_enable_x64 on too.
+    steps = float(np.sqrt(1.0 - rho * rho)) * noise[:, 1:]
 
     def step(x: Array, eps: Array) -> tuple[Array, Array]:
         x = rho * x + eps

@@ -201,7 +201,8 @@ def run_speed(
     Returns:
       Records ``{"method", "length", "mode", "peak_bytes", "temp_bytes", "time_s" (median,
       seconds, None if not run), "times_s", "skipped" (None or the reason), "budget",
-      "compile_s"}``.
+      "compile_s", "minor_faults_per_call"}``; the last is the process's minor page faults
+      per timed call (None if not run, or without the ``resource`` module).
 
     Raises:
       ValueError: unknown method, mode or dtype; non-positive sizes, repeats or budget.
@@ -252,7 +253,7 @@ def run_speed(
                 record: dict[str, Any] = {
                     "method": name, "length": n, "mode": mode, "budget": budget,
                     "peak_bytes": None, "temp_bytes": None, "time_s": None, "times_s": [],
-                    "skipped": None, "compile_s": None,
+                    "skipped": None, "compile_s": None, "minor_faults_per_call": None,
                 }
                 start = time.perf_counter()
                 try:
@@ -288,16 +289,34 @@ def run_speed(
         for _ in range(warmup):
             jax.block_until_ready(compiled(q, k, v, state))
         times = []
+        faults = _minor_faults()
         for _ in range(repeats):
             start = time.perf_counter()
             jax.block_until_ready(compiled(q, k, v, state))
             times.append(time.perf_counter() - start)
+        if faults is not None:
+            record["minor_faults_per_call"] = (_minor_faults() - faults) / repeats
         record["times_s"] = times
         record["time_s"] = statistics.median(times)
         say(f"{record['method']} {record['mode']} n={record['length']}: "
-            f"{1e3 * record['time_s']:.2f} ms, peak {record['peak_bytes'] / 2**20:.1f} MiB")
+            f"{1e3 * record['time_s']:.2f} ms, peak {record['peak_bytes'] / 2**20:.1f} MiB, "
+            f"{record['minor_faults_per_call']} page faults/call")
         del q, k, v
     return records
+
+
+def _minor_faults() -> int | None:
+    """The process's minor page faults so far (None where ``resource`` is missing: Windows).
+
+    On CPU, XLA allocates each call's scratch buffer afresh; where the allocator maps a large
+    one anew, the kernel zero-fills its pages on first touch on every call, which shows here
+    and in the time (see benchmarks/README.md).
+    """
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def add_ratios(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
