@@ -159,10 +159,10 @@ def test_spectral_shift_matches_numpy_closed_form():
 def test_spectral_shift_on_identity_attention_is_exact():
     # q = k with huge norms: S = I to float64 precision, tr S = n, δ = 1, and the output is V
     # whatever the landmarks; the pre-(1 − δ) form F(Z − δF⁺B⁺)B + δI missed this by 3-12%.
-    q, k, v = _sharp(2, n=256, d=64, norm=3.0)
+    q, k, v = _sharp(2, n=128, d=64, norm=3.0)
     exact = sa.reference_attention(q, k, v)
     np.testing.assert_allclose(_np(exact), _np(v), atol=1e-12)
-    for m in (8, 32, 64):
+    for m in (8, 32):
         out = sa.spectral_shift_attention(q, k, v, num_landmarks=m, shift="exact")
         assert rel_err(out, exact) < 1e-9, m
 
