@@ -47,6 +47,20 @@ def test_padded_content_never_reaches_valid_outputs(name, inputs):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_non_finite_padded_content_never_reaches_valid_outputs(name, inputs):
+    # Uninitialised buffers can hold inf or NaN: 0 * inf in P @ V must not leak into outputs.
+    q, k, v, valid = inputs
+    mask = padding_mask(valid)
+    pad = ~valid[:, :, None, None]
+    out_zero = _call(name, *(jnp.where(pad, 0.0, x) for x in (q, k, v)), mask=mask)
+    for fill in (jnp.inf, jnp.nan):
+        out = _call(name, *(jnp.where(pad, fill, x) for x in (q, k, v)), mask=mask)
+        sel = np.asarray(valid)
+        chex.assert_trees_all_close(np.asarray(out)[sel], np.asarray(out_zero)[sel],
+                                    atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_gradients_wrt_padded_inputs_are_zero_and_finite(name, inputs):
     q, k, v, valid = inputs
     mask = padding_mask(valid)
@@ -233,6 +247,13 @@ def test_seq_lengths_are_an_o_n_padding_mask(name, inputs):
     jitted = jax.jit(lambda lq, lk: _call(name, q, k, v, query_seq_lengths=lq,
                                           key_value_seq_lengths=lk))(lengths, lengths)
     chex.assert_trees_all_close(jitted, by_mask, atol=1e-5, rtol=1e-5)
+    # Concrete lengths captured by a jitted function are still checked, and still work.
+    captured = jax.jit(lambda: _call(name, q, k, v, query_seq_lengths=lengths,
+                                     key_value_seq_lengths=lengths))()
+    chex.assert_trees_all_close(captured, by_mask, atol=1e-5, rtol=1e-5)
+    too_long = lengths + 19  # [49, 67] > N = 48
+    with pytest.raises(ValueError, match=r"key_value_seq_lengths.*\[0, 48\].*49 to 67"):
+        jax.jit(lambda: _call(name, q, k, v, key_value_seq_lengths=too_long))()
     # Lengths and a mask combine by `and`: keys by length, queries by mask.
     query_mask = valid[:, None, :, None] & jnp.ones((1, 1, 1, N), bool)
     both = _call(name, q, k, v, mask=query_mask, key_value_seq_lengths=lengths)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -13,9 +14,11 @@ from spectral_jax import cli
 
 def test_bench_speed_writes_json_table_and_plot(tmp_path, capsys, monkeypatch):
     # CPU timings depend on the allocator, so the run records the variables that choose it.
+    for name in [n for n in os.environ if n.startswith("MALLOC_")] + [
+            "LD_PRELOAD", "GLIBC_TUNABLES", "XLA_FLAGS"]:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MALLOC_CONF", "retain:true")
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
-    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=1000000")
     out = tmp_path / "speed"
     rc = cli.main(["bench", "speed", "--methods", "nystrom", "--lengths", "64", "128",
                    "--heads", "1", "--head-dim", "8", "--num-landmarks", "8", "--repeats", "1",
@@ -27,7 +30,8 @@ def test_bench_speed_writes_json_table_and_plot(tmp_path, capsys, monkeypatch):
     assert recs[("softmax", 128)]["time_ratio"] == 1.0
     assert recs[("nystrom", 128)]["growth_per_doubling"] > 0
     assert payload["config"]["num_landmarks"] == 8 and payload["environment"]["backend"] == "cpu"
-    assert payload["environment"]["allocator_env"] == {"MALLOC_CONF": "retain:true"}
+    assert payload["environment"]["allocator_env"] == {
+        "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1000000", "MALLOC_CONF": "retain:true"}
     assert Image.open(tmp_path / "speed.png").size[0] > 500
     text = capsys.readouterr().out
     assert "time/exact" in text and "nystrom" in text
@@ -84,5 +88,14 @@ def test_bench_bad_arguments_exit_2(tmp_path, capsys):
                    "--out", str(tmp_path / "s")])
     assert rc == 2  # the message names the flag, not the Python parameter
     assert "`--head-chunk-size` must be a positive int; got 0" in capsys.readouterr().err
+    for budget in ("inf", "nan", "0", "-1"):
+        rc = cli.main(["bench", "speed", "--lengths", "64", "--memory-budget-gb", budget,
+                       "--out", str(tmp_path / "s")])
+        captured = capsys.readouterr()
+        assert rc == 2 and "`--memory-budget-gb` must be a positive, finite" in captured.err
+        assert "compiling" not in captured.out  # rejected before any work
+    rc = cli.main(["bench", "speed", "--lengths", "64", "64", "--out", str(tmp_path / "s")])
+    assert rc == 2 and "`--lengths` must be distinct; got [64, 64]" in capsys.readouterr().err
+    assert not (tmp_path / "s.json").exists()
     with pytest.raises(SystemExit):  # argparse rejects unknown methods itself
         cli.main(["bench", "speed", "--methods", "flash"])

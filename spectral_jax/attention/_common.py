@@ -227,7 +227,10 @@ def seq_lengths_valid(
             f"example); got shape {lengths.shape}."
         )
     if not isinstance(lengths, jax.core.Tracer) and lengths.size:
-        low, high = int(lengths.min()), int(lengths.max())
+        # NumPy, not lengths.min(): under jit a concrete array captured from outside still
+        # gives a tracer from jnp operations.
+        values = np.asarray(lengths)
+        low, high = int(values.min()), int(values.max())
         if low < 0 or high > length:
             raise ValueError(
                 f"{method}(): `{name}` must lie in [0, {length}] (the sequence length); got "
@@ -329,6 +332,15 @@ def lift(
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
     heads = query.shape[-2]
+    inner = per_head
+
+    def per_head(q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array,
+                 *args: Array) -> Array:
+        # A padded key's weight is zero, but 0 * inf is NaN: zero its value first, so that
+        # inf or NaN in padding never reaches a valid output.
+        return inner(q, k, jnp.where(k_valid[:, None], v, jnp.zeros_like(v)), q_valid, k_valid,
+                     *args)
+
     head_chunk_size = resolve_head_chunk_size(
         method, head_chunk_size, b * heads, max(query.shape[-3], key.shape[-3]),
         together=together)

@@ -29,6 +29,8 @@ def _kernelized_head(
     # Scaling both sides by sqrt(scale) = d^{-1/4} keeps q·k·scale, as in Skyformer's code.
     root = scale**0.5
     q, k, v = q.astype(ct) * root, k.astype(ct) * root, v.astype(ct)
+    # Padded keys are zeroed before the kernel, not only masked after it: inf - inf is NaN.
+    k = jnp.where(k_valid[:, None], k, 0.0)
     weights = gaussian_kernel(q, k) * k_valid[None, :]
     return jnp.where(q_valid[:, None], weights @ v, 0.0)
 

@@ -94,6 +94,11 @@ def softmax_attention(
     if is_causal:
         # Folded into the mask so the empty-row check below sees it too.
         mask = _causal_and(mask, q_len, kv_len)
+    if mask is not None:
+        # A key no query may see still enters P @ V as 0 * v: zero it, so that inf or NaN in
+        # padding never reaches a valid output.
+        used = jnp.broadcast_to(mask, full).any(axis=-2)  # (batch..., heads, kv_len)
+        value = jnp.where(jnp.swapaxes(used, -1, -2)[..., None], value, jnp.zeros_like(value))
     dtype = jnp.result_type(query, key, value)
     # jax.nn.dot_product_attention wants one dtype, v_head_dim == head_dim, and no float64;
     # everything else goes through the explicit reference (same semantics).

@@ -73,8 +73,8 @@ def _shift_head(
         n_valid = diag_valid.sum()
         m_valid = kern.key_landmark_valid.sum()
         # δ makes tr((1 − δ) F Z B + δ I) equal tr S. Clipped to [0, 1] so that every row
-        # stays a convex mix of two row-stochastic matrices, as a row of S is; δ = 0 when
-        # every token is its own landmark (n_valid <= m), where Nyström has nothing to miss.
+        # stays a convex mix of a Nyström row and an identity row (summing to one wherever
+        # Nyström's rows do); δ = 0 when every token is its own landmark (n_valid <= m).
         room = n_valid - trace_nystrom
         delta = jnp.where(
             (n_valid > m_valid) & (room > 0),
@@ -128,13 +128,16 @@ def spectral_shift_attention(
     with n_valid the valid tokens; δ = 0 when n_valid ≤ m_valid (every token its own
     landmark). tr(F Z B) = tr(Z·(BF)) costs O(n·m²). The low-rank part is scaled by 1 − δ,
     not just added to: each row becomes a convex mix of a Nyström row and an identity row, so
-    it keeps the unit sum of a row of S, where Nyström plus δ·I would sum to 1 + δ. This is
+    it sums to one, as a row of S does, wherever the Nyström row does (Nyström plus δ·I would
+    sum to 1 + δ). This is
     the spectral-shifting Nyström model of Wang et al. (2014), K ≈ C̄ W̄⁺ C̄ᵀ + δI with C̄, W̄
     taken from K − δI, once the shift is carried into the landmark kernels, which are close
     to (1 − δ)·F, A, B when S is near the identity. An earlier version kept Z and subtracted
-    δ·F⁺B⁺ from it (the "modified" model's core); its error on sharp inputs grew with m,
-    while this form's falls with m from diffuse to near-identity attention (`bench error`,
-    see ``benchmarks/README.md``). tr S is obtained by ``shift``:
+    δ·F⁺B⁺ from it (the "modified" model's core); its error on sharp inputs grew with m.
+    This form's does not: on near-identity attention it stays at the error of S ≈ I itself,
+    at intermediate sharpness it is flat within the seed spread, and elsewhere it falls with
+    m as Nyström's does (`bench error`, see ``benchmarks/README.md``). tr S is obtained by
+    ``shift``:
 
     - ``"estimate"`` (default, O(n·m·d), the cost of one landmark kernel): n_valid times the
       mean of S_ii over ``num_landmarks`` rows spread evenly over the valid tokens, each with

@@ -12,6 +12,7 @@ one message and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import sys
@@ -32,8 +33,9 @@ def _environment() -> dict[str, Any]:
     device = jax.devices()[0]
     # CPU timings at long n depend on the allocator (see benchmarks/README.md), so a run says
     # which one it had.
-    allocator = {name: os.environ[name] for name in ("LD_PRELOAD", "MALLOC_CONF", "XLA_FLAGS")
-                 if os.environ.get(name)}
+    allocator = {name: value for name, value in sorted(os.environ.items())
+                 if value and (name.startswith("MALLOC_")
+                               or name in ("LD_PRELOAD", "GLIBC_TUNABLES", "XLA_FLAGS"))}
     return {"jax": jax.__version__, "backend": jax.default_backend(),
             "device": getattr(device, "device_kind", str(device)),
             "device_count": jax.device_count(), "host": platform.node(),
@@ -45,6 +47,9 @@ def _speed(args: argparse.Namespace) -> int:
     from spectral_jax.bench import report, speed
 
     console = _console()
+    if args.memory_budget_gb is not None and not 0 < args.memory_budget_gb < math.inf:
+        raise ValueError(f"`memory_budget_gb` must be a positive, finite number of GiB; got "
+                         f"{args.memory_budget_gb!r}.")
     budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
     if budget is None:
         budget = speed.default_memory_budget_bytes()

@@ -114,6 +114,7 @@ def make_inputs(
         v = jax.random.normal(kv, shape, jnp.float32)
     else:
         x = random_walk_tokens(kq, shape, correlation_length)
-        w = jax.random.normal(kk, (3, heads, head_dim, head_dim), jnp.float32) / np.sqrt(head_dim)
+        w = jax.random.normal(kk, (3, heads, head_dim, head_dim), jnp.float32)
+        w = w / float(np.sqrt(head_dim))  # a Python float: float32 with x64 on, too
         q, k, v = (jnp.einsum("bnhd,hde->bnhe", x, w[i]) for i in range(3))
     return q.astype(dtype), k.astype(dtype), v.astype(dtype)

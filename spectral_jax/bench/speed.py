@@ -225,6 +225,8 @@ def run_speed(
     lengths = tuple(lengths)
     if not lengths:
         raise ValueError("`lengths` is empty; give at least one sequence length.")
+    if len(set(lengths)) != len(lengths):
+        raise ValueError(f"`lengths` must be distinct; got {list(lengths)}.")
     for name, value in (("batch", batch), ("heads", heads), ("head_dim", head_dim),
                         ("num_landmarks", num_landmarks), ("num_features", num_features),
                         ("proj_len", proj_len), ("repeats", repeats),
@@ -298,9 +300,10 @@ def run_speed(
             record["minor_faults_per_call"] = (_minor_faults() - faults) / repeats
         record["times_s"] = times
         record["time_s"] = statistics.median(times)
+        faults = record["minor_faults_per_call"]
         say(f"{record['method']} {record['mode']} n={record['length']}: "
-            f"{1e3 * record['time_s']:.2f} ms, peak {record['peak_bytes'] / 2**20:.1f} MiB, "
-            f"{record['minor_faults_per_call']} page faults/call")
+            f"{1e3 * record['time_s']:.2f} ms, peak {record['peak_bytes'] / 2**20:.1f} MiB"
+            + ("" if faults is None else f", {faults:.0f} page faults/call"))
         del q, k, v
     return records
 
