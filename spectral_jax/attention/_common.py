@@ -332,14 +332,14 @@ def lift(
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
     heads = query.shape[-2]
-    inner = per_head
+    method_head = per_head
 
     def per_head(q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array,
                  *args: Array) -> Array:
         # A padded key's weight is zero, but 0 * inf is NaN: zero its value first, so that
         # inf or NaN in padding never reaches a valid output.
-        return inner(q, k, jnp.where(k_valid[:, None], v, jnp.zeros_like(v)), q_valid, k_valid,
-                     *args)
+        v = jnp.where(k_valid[:, None], v, jnp.zeros_like(v))
+        return method_head(q, k, v, q_valid, k_valid, *args)
 
     head_chunk_size = resolve_head_chunk_size(
         method, head_chunk_size, b * heads, max(query.shape[-3], key.shape[-3]),

@@ -97,7 +97,9 @@ def softmax_attention(
     if mask is not None:
         # A key no query may see still enters P @ V as 0 * v: zero it, so that inf or NaN in
         # padding never reaches a valid output.
-        used = jnp.broadcast_to(mask, full).any(axis=-2)  # (batch..., heads, kv_len)
+        # Reduced before broadcasting: a key padding mask stays O(kv_len) here.
+        mask_nd = mask.reshape((1,) * (len(full) - mask.ndim) + mask.shape)
+        used = jnp.broadcast_to(mask_nd.any(axis=-2), full[:-2] + full[-1:])
         value = jnp.where(jnp.swapaxes(used, -1, -2)[..., None], value, jnp.zeros_like(value))
     dtype = jnp.result_type(query, key, value)
     # jax.nn.dot_product_attention wants one dtype, v_head_dim == head_dim, and no float64;

@@ -129,10 +129,9 @@ def spectral_shift_attention(
     landmark). tr(F Z B) = tr(Z·(BF)) costs O(n·m²). The low-rank part is scaled by 1 − δ,
     not just added to: each row becomes a convex mix of a Nyström row and an identity row, so
     it sums to one, as a row of S does, wherever the Nyström row does (Nyström plus δ·I would
-    sum to 1 + δ). This is
-    the spectral-shifting Nyström model of Wang et al. (2014), K ≈ C̄ W̄⁺ C̄ᵀ + δI with C̄, W̄
-    taken from K − δI, once the shift is carried into the landmark kernels, which are close
-    to (1 − δ)·F, A, B when S is near the identity. An earlier version kept Z and subtracted
+    sum to 1 + δ). This is the spectral-shifting Nyström model of Wang et al. (2014),
+    K ≈ C̄ W̄⁺ C̄ᵀ + δI with C̄, W̄ taken from K − δI, once the shift is carried into the landmark
+    kernels, which are close to (1 − δ)·F, A, B when S is near the identity. An earlier version kept Z and subtracted
     δ·F⁺B⁺ from it (the "modified" model's core); its error on sharp inputs grew with m.
     This form's does not: on near-identity attention it stays at the error of S ≈ I itself,
     at intermediate sharpness it is flat within the seed spread, and elsewhere it falls with

@@ -291,13 +291,13 @@ def run_speed(
         for _ in range(warmup):
             jax.block_until_ready(compiled(q, k, v, state))
         times = []
-        faults = _minor_faults()
+        faults_before = _minor_faults()
         for _ in range(repeats):
             start = time.perf_counter()
             jax.block_until_ready(compiled(q, k, v, state))
             times.append(time.perf_counter() - start)
-        if faults is not None:
-            record["minor_faults_per_call"] = (_minor_faults() - faults) / repeats
+        if faults_before is not None:
+            record["minor_faults_per_call"] = (_minor_faults() - faults_before) / repeats
         record["times_s"] = times
         record["time_s"] = statistics.median(times)
         faults = record["minor_faults_per_call"]
