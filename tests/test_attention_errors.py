@@ -6,6 +6,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from attention_cases import method_kwargs
 
@@ -105,9 +106,9 @@ def test_method_specific_arguments():
         sa.spectral_shift_attention(X, X, X, shift="big")
     with pytest.raises(ValueError, match="q_len == kv_len"):
         sa.spectral_shift_attention(X, jnp.ones((1, 32, 2, 8)), jnp.ones((1, 32, 2, 8)), num_landmarks=4)
-    with pytest.raises(ValueError, match="`ridge` must be a float >= 0"):
+    with pytest.raises(ValueError, match="`ridge` must be a finite float >= 0"):
         sa.skyformer_attention(X, X, X, ridge=-1.0)
-    with pytest.raises(TypeError, match="`rng` must be a jax.random key"):
+    with pytest.raises(TypeError, match="`rng` must be one jax.random key"):
         sa.skyformer_attention(X, X, X, rng=3)
     with pytest.raises(ValueError, match="`scale` must be a positive float"):
         sa.softmax_attention(X, X, X, scale=-1.0)
@@ -157,3 +158,55 @@ def test_bad_seq_lengths(name):
         fn(X, X, X, query_seq_lengths=jnp.array([3, 4]))
     with pytest.raises(ValueError, match=r"`key_value_seq_lengths` must lie in \[0, 16\].*got values from 17 to 17"):
         fn(X, X, X, key_value_seq_lengths=jnp.array([17]))
+
+
+@pytest.mark.parametrize("name", sa.available_attentions())
+def test_empty_sequences_and_non_bool_causal_flags_are_rejected(name):
+    kw = method_kwargs(name, n=16, head_dim=8)
+    fn = sa.get_attention(name)
+    empty = jnp.ones((1, 0, 2, 8))
+    with pytest.raises(ValueError, match=r"sequence lengths must be >= 1; got q_len=0"):
+        fn(empty, X, X, **kw)
+    with pytest.raises(TypeError, match=r"`is_causal` must be a bool; got 'yes'"):
+        fn(X, X, X, is_causal="yes", **kw)
+    with pytest.raises(TypeError, match=r"`mask` must be boolean or numeric.*<U1"):
+        fn(X, X, X, mask=np.array(["a"] * 16), **kw)
+
+
+def test_float_parameters_must_be_finite_and_integers_may_come_from_numpy():
+    for bad in (float("nan"), float("inf"), -0.1):
+        with pytest.raises(ValueError, match=rf"`ridge` must be a finite float >= 0; got {bad!r}"):
+            sa.skyformer_attention(X, X, X, num_landmarks=4, ridge=bad)
+        with pytest.raises(ValueError, match=r"`eps` must be a finite float >= 0"):
+            sa.linear_attention(X, X, X, eps=bad)
+        with pytest.raises(ValueError, match=r"`eps` must be a finite float >= 0"):
+            sa.performer_attention(X, X, X, projection=jnp.ones((4, 8)), eps=bad)
+    # Values read from NumPy (configs, sweeps) behave like Python numbers.
+    ref = sa.skyformer_attention(X, X, X, num_landmarks=4, ridge=0.1, pinv_iterations=3)
+    same = sa.skyformer_attention(X, X, X, num_landmarks=np.int64(4), ridge=np.float32(0.1),
+                                  pinv_iterations=np.int64(3))
+    assert jnp.allclose(ref, same)
+    with pytest.raises(TypeError, match=r"`dtype` must be a float dtype"):
+        sa.orthogonal_random_features(jax.random.key(0), 8, 8, dtype=jnp.int32)
+    with pytest.raises(ValueError, match=r"`num_landmarks` must be a positive int; got 0"):
+        sa.segment_means(jnp.ones((4, 2)), jnp.ones(4, bool), 0)
+
+
+def test_skyformer_rng_must_be_one_key():
+    keys = jax.random.split(jax.random.key(0), 2)
+    for bad in (keys, jnp.ones(2, jnp.float32), jax.random.key_data(keys)):
+        with pytest.raises(TypeError, match=r"`rng` must be one jax.random key"):
+            sa.skyformer_attention(X, X, X, num_landmarks=4, rng=bad)
+    # A raw uint32 key still works.
+    sa.skyformer_attention(X, X, X, num_landmarks=4, rng=jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize("name", [n for n in sa.available_attentions() if n != "softmax"])
+def test_attention_weight_dropout_is_refused_by_methods_without_weights(name):
+    kw = method_kwargs(name, n=16, head_dim=8)
+    fn = sa.get_attention(name)
+    with pytest.raises(NotImplementedError, match=r"dropout is not implemented.*dropout_rate=0.1"):
+        fn(X, X, X, dropout_rate=0.1, deterministic=False, dropout_rng=jax.random.key(0), **kw)
+    # Evaluation mode, or a zero rate, is fine (what Flax passes outside training).
+    fn(X, X, X, dropout_rate=0.1, deterministic=True, **kw)
+    fn(X, X, X, dropout_rate=0.0, deterministic=False, **kw)

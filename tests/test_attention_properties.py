@@ -263,3 +263,44 @@ def test_seq_lengths_are_an_o_n_padding_mask(name, inputs):
             spectral_shift_delta(q, k, num_landmarks=8, query_seq_lengths=lengths,
                                  key_value_seq_lengths=lengths),
             spectral_shift_delta(q, k, padding_mask(valid), num_landmarks=8), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_key_padding_mask_alone_keeps_padded_queries_out_of_valid_outputs(name, inputs):
+    # A BERT-style (B, 1, 1, n) mask says nothing about queries: in self-attention the
+    # landmark methods must still keep padded queries' content out of the valid outputs.
+    q, k, v, valid = inputs
+    key_mask = valid[:, None, None, :]
+    noisy_q = jnp.where(valid[:, :, None, None], q, 100.0)
+    sel = np.asarray(valid)
+    clean = np.asarray(_call(name, q, k, v, mask=key_mask))[sel]
+    noisy = np.asarray(_call(name, noisy_q, k, v, mask=key_mask))[sel]
+    chex.assert_trees_all_close(clean, noisy, atol=1e-5, rtol=1e-5)
+
+
+def test_equal_length_cross_attention_with_a_key_mask_keeps_every_query():
+    # Key padding must not be read as query padding: every query still gets its output.
+    q, k, v, valid = qkv(11, (B, N, H, D)) + (jnp.arange(N)[None, :] < jnp.array([[30], [N]]),)
+    out = np.asarray(_call("nystrom", q, k, v, mask=valid[:, None, None, :]))
+    assert (np.abs(out[0, 30:]).sum(-1) > 0).all()
+
+
+def test_softmax_dropout_follows_flax_semantics():
+    q, k, v = qkv(12, (2, 16, 2, 8))
+    rng = jax.random.key(3)
+    from spectral_jax.attention import reference_attention, softmax_attention
+
+    out = softmax_attention(q, k, v, dropout_rate=0.5, dropout_rng=rng, deterministic=False,
+                            broadcast_dropout=False)
+    # By hand: the same keep mask Flax draws, applied to the exact weights, rescaled by 1/0.5.
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(8)
+    keep = jax.random.bernoulli(rng, 0.5, logits.shape)
+    weights = jax.nn.softmax(logits, axis=-1) * keep / 0.5
+    expected = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+    chex.assert_trees_all_close(out, expected, atol=1e-5)
+    # Evaluation mode and a zero rate are the plain exact attention; dropout needs a key.
+    chex.assert_trees_all_close(
+        softmax_attention(q, k, v, dropout_rate=0.5, deterministic=True),
+        reference_attention(q, k, v), atol=1e-5)
+    with pytest.raises(ValueError, match="needs `dropout_rng`"):
+        softmax_attention(q, k, v, dropout_rate=0.5, deterministic=False)

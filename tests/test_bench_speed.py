@@ -115,3 +115,19 @@ def test_head_chunk_size_reaches_the_methods_and_cuts_temporaries():
     assert temp[1]["nystrom"] < 0.5 * temp[4]["nystrom"]
     with pytest.raises(ValueError, match="`head_chunk_size` must be a positive int; got 0"):
         speed.run_speed(methods=["nystrom"], lengths=[64], head_chunk_size=0, run=False)
+
+
+def test_notes_name_skips_and_flag_page_faults_only_above_the_threshold():
+    from spectral_jax.bench import report
+
+    quiet = {"method": "nystrom", "mode": "fwd_bwd", "length": 4096, "skipped": None,
+             "minor_faults_per_call": report.FAULT_NOTE_THRESHOLD - 1}
+    assert report.speed_notes([quiet]) == []
+    loud = dict(quiet, length=16384, minor_faults_per_call=18070.4)
+    skipped = {"method": "softmax", "mode": "fwd_bwd", "length": 16384, "skipped": "too big",
+               "minor_faults_per_call": None}
+    notes = report.speed_notes([quiet, loud, skipped])
+    assert notes[0] == "skipped softmax fwd_bwd at n=16384: too big"
+    assert len(notes) == 2 and notes[1].startswith(
+        "1 timed configuration took >= 1000 page faults per call (most: nystrom fwd_bwd at "
+        "n=16384, 18,070)")

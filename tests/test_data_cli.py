@@ -53,8 +53,18 @@ def test_pathfinder_command(tmp_path, capsys) -> None:
     assert len(list((tmp_path / "pathfinder32/curv_baseline/imgs/0").glob("*.png"))) == 4
 
 
-def test_info_bad_option(tmp_path) -> None:
-    args = _parser().parse_args(["data", "info", "listops", "--data-dir", str(tmp_path),
-                                 "--option", "maxlen=3"])
-    with pytest.raises(TypeError, match="maxlen"):
-        args.func(args)
+def test_user_errors_print_one_line_and_exit_2(tmp_path, capsys) -> None:
+    for argv, message in (
+        (["info", "listops", "--data-dir", str(tmp_path), "--option", "maxlen=3"], "maxlen"),
+        (["info", "listops", "--data-dir", str(tmp_path), "--option", "maxlen"],
+         "--option must look like KEY=VALUE"),
+        (["info", "listops", "--data-dir", str(tmp_path / "none")], "basic_train.tsv"),
+        (["listops", "--out", str(tmp_path / "lo"), "--train", "0"], "num_train must be >= 1"),
+        (["pathfinder", "--out", str(tmp_path / "pf"), "--difficulty", "hard"],
+         "unknown difficulty 'hard'"),
+    ):
+        args = _parser().parse_args(["data", *argv])
+        assert args.func(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"spectral-jax data {argv[0]}: error: ") and message in err
+        assert "Traceback" not in err and err.count("\n") == 1

@@ -204,3 +204,10 @@ def test_generated_data_loads_and_stays_within_max_length(quick) -> None:
         assert lengths.min() > 20 and lengths.max() < 200
         # The mask is exactly the non-pad positions (ListOps has no id-0 token).
         np.testing.assert_array_equal(split.mask, split.inputs > 0)
+
+
+def test_reader_accepts_a_byte_order_mark_and_blank_lines(tmp_path) -> None:
+    path = tmp_path / "basic_val.tsv"
+    path.write_bytes(b"\xef\xbb\xbfSource\tTarget\n( ( [MAX 2 ) 9 ] )\t9\n\n[MIN 3 4 ]\t3\n\n")
+    ids, labels = listops.read_tsv(path)
+    assert labels.tolist() == [9, 3] and len(ids) == 2

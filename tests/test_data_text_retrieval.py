@@ -123,3 +123,12 @@ def test_aan_missing_split_file(tmp_path) -> None:
     (tmp_path / "new_aan_pairs.eval.tsv").unlink()
     with pytest.raises(FileNotFoundError, match=r"new_aan_pairs\.eval\.tsv"):
         retrieval.load(tmp_path)
+
+
+def test_aan_reader_accepts_a_byte_order_mark_and_blank_lines(tmp_path) -> None:
+    path = tmp_path / "new_aan_pairs.eval.tsv"
+    path.write_bytes(b"\xef\xbb\xbf1\ta\tb\tab\tc\n\n0\tc\td\tx\tyz\n\n")
+    first, second, labels = retrieval.read_tsv(path)
+    assert labels.tolist() == [1, 0]
+    assert [f.tolist() for f in first] == [[98, 99], [121]]
+    assert [s.tolist() for s in second] == [[100], [122, 123]]

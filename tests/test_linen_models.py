@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from spectral_jax import linen as sj_linen
 from spectral_jax.nn import TransformerConfig
@@ -49,6 +50,9 @@ def test_linen_sequence_classifier_init_apply_with_performer_features():
     chex.assert_trees_all_equal(apply(variables, ids, mask, deterministic=True), logits)
     train = apply(variables, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(1)})
     assert float(jnp.abs(train - logits).max()) > 1e-4
+    # Without a dropout rng the bridge would reuse one fixed key every step: refused.
+    with pytest.raises(ValueError, match=r"deterministic=False needs the rng stream\(s\) 'dropout'"):
+        apply(variables, ids, mask, deterministic=False)
 
 
 def test_linen_dual_encoder_init_apply():
@@ -84,3 +88,21 @@ def test_linen_multihead_attention_matches_handwritten_softmax():
     y = np.einsum("bhqk,bkhd->bqhd", w, v)
     expected = np.einsum("bqhd,hde->bqe", y, p["out"]["kernel"]) + p["out"]["bias"]
     np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_linen_attention_layer_needs_rngs_only_for_randomness():
+    x = jax.random.normal(jax.random.key(3), (1, 6, 8))
+    for attention, rate in (("softmax", 0.5), ("skyformer", 0.0)):
+        layer = sj_linen.MultiHeadAttention(2, 8, attention=attention, dropout_rate=rate,
+                                            attention_kwargs=(("num_landmarks", 4),)
+                                            if attention == "skyformer" else ())
+        variables = layer.init(jax.random.key(0), x, deterministic=True)
+        with pytest.raises(ValueError, match="needs the rng stream"):
+            layer.apply(variables, x, deterministic=False)
+        a = layer.apply(variables, x, deterministic=False, rngs={"dropout": jax.random.key(1)})
+        b = layer.apply(variables, x, deterministic=False, rngs={"dropout": jax.random.key(2)})
+        assert float(jnp.abs(a - b).max()) > 0, attention
+    plain = sj_linen.MultiHeadAttention(2, 8, attention="linear")
+    variables = plain.init(jax.random.key(0), x, deterministic=True)
+    chex.assert_trees_all_close(plain.apply(variables, x, deterministic=False),
+                                plain.apply(variables, x, deterministic=True))

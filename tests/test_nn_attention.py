@@ -249,6 +249,23 @@ def test_softmax_attention_dropout():
     assert float(jnp.abs(_call(layer, x, deterministic=False) - _call(plain, x)).max()) > 1e-3
 
 
+def test_softmax_dropout_training_path_keeps_scale_causality_and_padding():
+    # A vanishing rate: training must match evaluation, attention_kwargs (scale) included.
+    kw = dict(attention="softmax", attention_kwargs={"scale": 0.01}, rngs=nnx.Rngs(0))
+    layer = MultiHeadAttention(H, E, dropout_rate=1e-9, **kw)
+    x = _inputs()
+    valid = jnp.arange(L)[None, :] < jnp.array([[5], [L]])
+    mask = nnx.make_attention_mask(valid, valid)
+    train = _call(layer, x, mask, deterministic=False)
+    chex.assert_trees_all_close(train, _call(layer, x, mask), atol=1e-5)
+    # Causal cross-attention (q_len 8, kv_len 12) trains as it evaluates.
+    cross = MultiHeadAttention(H, E, attention="softmax", dropout_rate=1e-9, is_causal=True,
+                               rngs=nnx.Rngs(0))
+    kv = jax.random.normal(jax.random.key(5), (B, 12, E))
+    run = nnx.jit(lambda m, d: m(x, kv, deterministic=d), static_argnums=1)
+    chex.assert_trees_all_close(run(cross, False), run(cross, True), atol=1e-5)
+
+
 def test_bad_configuration_errors():
     rngs = nnx.Rngs(0)
     with pytest.raises(ValueError, match="not_a_method") as err:

@@ -286,6 +286,14 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
     (["task='bogus'"], r"task='bogus' is unknown"),
     (["protocol='huge'"], r"protocol='huge' is unknown"),
     (["train.steps=0"], r"train.steps=0 must be a positive int"),
+    (["model.dropout_rate=1.5"], r"model.dropout_rate=1.5 must be a number in \[0, 1\)"),
+    (["model.num_layers=0"], r"model.num_layers=0 must be a positive int"),
+    (["model.mlp_dim=0"], r"model.mlp_dim=0 must be a positive int"),
+    (["train.optimizer.b2=1.5"], r"train.optimizer.b2=1.5 must be a number in \[0, 1\)"),
+    (["train.optimizer.eps=-1.0"], r"train.optimizer.eps=-1.0 must be a finite number > 0"),
+    (["train.optimizer.weight_decay=-1.0"], r"weight_decay=-1.0 must be a finite number >= 0"),
+    (["train.schedule.steps_per_cycle=0"], r"steps_per_cycle=0 must be a positive int"),
+    (["train.redraw_features_every=-1"], r"redraw_features_every=-1 must be an int >= 0"),
 ])
 def test_config_errors_before_compile(tmp_path, override, message):
     cfg = _listops_config(tmp_path, *override)
@@ -299,3 +307,60 @@ def test_missing_data_dir_says_how_to_get_it(tmp_path):
     cfg = tiny_config("text", tmp_path / "nowhere", *extra)
     with pytest.raises(FileNotFoundError, match=r"aclImdb(.|\n)*--config.data.dir=PATH"):
         train_and_evaluate(cfg, str(tmp_path / "run"))
+
+
+def test_model_errors_leave_the_workdir_unclaimed(tmp_path):
+    # Found while tracing the first step, before config.json is written, so the corrected
+    # command runs in the same workdir without --overwrite.
+    bad = _listops_config(tmp_path, "model.num_heads=3")
+    with pytest.raises(ValueError, match="num_heads must divide qkv_features=16"):
+        train_and_evaluate(bad, str(tmp_path / "run"))
+    assert not (tmp_path / "run" / "config.json").exists()
+    results = train_and_evaluate(_listops_config(tmp_path), str(tmp_path / "run"))
+    assert results["steps"] == 4
+    # The data folder is recorded absolute, so `eval` works from any directory.
+    assert os.path.isabs(results["config"]["data"]["dir"])
+
+
+def test_generated_data_with_other_settings_is_refused(tmp_path):
+    cfg = _listops_config(tmp_path)
+    train_and_evaluate(cfg, str(tmp_path / "run"))
+    other = _listops_config(tmp_path)
+    other.data.generate.num_train = 40
+    with pytest.raises(ValueError, match=r"different settings \(data.generate.num_train: 48 "
+                                         r"there, 40 now\)"):
+        train_and_evaluate(other, str(tmp_path / "run2"))
+
+
+def test_empty_split_is_refused_before_training(tmp_path):
+    cfg = _listops_config(tmp_path)
+    data.listops.generate(tmp_path / "listops", **cfg.data.generate.to_dict())
+    (tmp_path / "listops" / "basic_test.tsv").write_text("Source\tTarget\n")
+    (tmp_path / "listops" / "generated.json").unlink(missing_ok=True)
+    with pytest.raises(ValueError, match=r"the test split in data.dir=.* has no examples"):
+        train_and_evaluate(cfg, str(tmp_path / "run"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_performer_features_are_redrawn_every_n_steps(tmp_path):
+    cfg = _listops_config(tmp_path, "train.redraw_features_every=2")
+    cfg.model.attention = "performer"
+    cfg.model.attention_kwargs = {"num_features": 4}
+    data.listops.generate(tmp_path / "listops", **cfg.data.generate.to_dict())
+    task = data.load_task("listops", tmp_path / "listops", max_length=32)
+    mesh = distributed.make_mesh(jax.devices()[:1])
+    batches = data.iterate_batches(task.splits["train"], 8, shuffle=True, seed=0, repeat=True)
+    with jax.set_mesh(mesh):
+        setup = setup_run(cfg, steps_lib.model_config(cfg, task), False, mesh)
+        state, seen = setup.state, []
+        for _ in range(3):
+            seen.append([np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(
+                nnx.to_pure_dict(state)) if "projection" in jax.tree_util.keystr(p)])
+            state, _ = setup.steps.train(setup.rng_state, state, distributed.global_batch(
+                next(batches), distributed.batch_sharding(mesh)))
+        after = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(
+            nnx.to_pure_dict(state)) if "projection" in jax.tree_util.keystr(p)]
+    assert seen[0] and all(a.shape == (4, 8) for a in seen[0])
+    # Steps 0 and 1 keep the initial draw; step 2 (a positive multiple of 2) redraws it.
+    chex.assert_trees_all_equal(seen[0], seen[1], seen[2])
+    assert all(np.abs(a - b).max() > 0 for a, b in zip(after, seen[2]))

@@ -34,13 +34,27 @@ FLAX_KWARGS = frozenset(
 )
 
 
-def check_flax_kwargs(method: str, kwargs: dict[str, Any]) -> None:
-    """Raises TypeError for keywords that are neither the method's nor Flax's."""
+def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool = False) -> None:
+    """Raises TypeError for keywords that are neither the method's nor Flax's.
+
+    Attention-weight dropout asked for (``dropout_rate > 0`` and not ``deterministic``, as
+    ``nnx.MultiHeadAttention(dropout_rate=...)`` does in training) raises NotImplementedError
+    unless the method implements it (``dropout_ok``): silently skipping it would make the
+    training and evaluation paths the same.
+    """
     unknown = sorted(set(kwargs) - FLAX_KWARGS)
     if unknown:
         raise TypeError(
             f"{method}() got unexpected keyword argument(s) {unknown}; besides its own "
             f"parameters it accepts only Flax's attention_fn keywords {sorted(FLAX_KWARGS)}."
+        )
+    rate = kwargs.get("dropout_rate")
+    if not dropout_ok and rate and not kwargs.get("deterministic", False):
+        raise NotImplementedError(
+            f"{method}(): attention-weight dropout is not implemented (no weight matrix is "
+            f"formed); got dropout_rate={rate!r} with deterministic="
+            f"{kwargs.get('deterministic', False)!r}. Set the caller's dropout_rate to 0 "
+            "(e.g. nnx.MultiHeadAttention(dropout_rate=0.0)), or use softmax_attention."
         )
 
 
@@ -52,6 +66,7 @@ def check_call(
     check_flax_kwargs(method, flax_kwargs)
     check_qkv(method, query, key, value)
     reject_bias(method, bias)
+    check_bool(method, "is_causal", is_causal)
     if not causal_ok:
         reject_causal(method, is_causal)
 
@@ -89,6 +104,16 @@ def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:
         raise ValueError(
             f"{method}(): query and key head_dim differ: {query.shape[-1]} vs {key.shape[-1]}."
         )
+    if query.shape[-3] == 0 or key.shape[-3] == 0:
+        raise ValueError(
+            f"{method}(): sequence lengths must be >= 1; got q_len={query.shape[-3]}, "
+            f"kv_len={key.shape[-3]}."
+        )
+
+
+def check_bool(method: str, name: str, value: Any) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{method}(): `{name}` must be a bool; got {value!r}.")
 
 
 def check_positive_int(method: str, name: str, value: Any, *, allow_none: bool = False) -> None:
@@ -97,6 +122,37 @@ def check_positive_int(method: str, name: str, value: Any, *, allow_none: bool =
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         allowed = "a positive int" + (" or None" if allow_none else "")
         raise ValueError(f"{method}(): `{name}` must be {allowed}; got {value!r}.")
+
+
+def check_nonnegative_float(
+    method: str, name: str, value: Any, *, positive: bool = False
+) -> float:
+    """A finite real number >= 0 (> 0 with ``positive``), as a Python float.
+
+    NumPy and 0-d JAX scalars are accepted (configs loaded from files give them); bools,
+    arrays, NaN and inf are not, as they would only surface later as NaN outputs.
+    """
+    try:
+        number = float(value) if not isinstance(value, bool) and np.ndim(value) == 0 else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not math.isfinite(number) or number < 0 or (positive and number == 0):
+        allowed = "a finite float > 0" if positive else "a finite float >= 0"
+        raise ValueError(f"{method}(): `{name}` must be {allowed}; got {value!r}.")
+    return number
+
+
+def check_single_key(method: str, name: str, value: Any) -> None:
+    """One ``jax.random`` key: a typed key of shape () or a raw uint32 key of shape (2,)."""
+    typed = isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
+    ok = isinstance(value, jax.Array) and (
+        (typed and value.shape == ()) or (value.dtype == jnp.uint32 and value.shape == (2,)))
+    if not ok:
+        raise TypeError(
+            f"{method}(): `{name}` must be one jax.random key (jax.random.key(seed)), not a "
+            f"batch of keys or another array; got {type(value).__name__} with shape "
+            f"{getattr(value, 'shape', None)} and dtype {getattr(value, 'dtype', None)}."
+        )
 
 
 def check_choice(method: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:
@@ -206,6 +262,28 @@ def padding_from_mask(
     return query_valid & q_prefix, key_valid & k_prefix
 
 
+def landmark_query_valid(
+    query_valid: Array, key_valid: Array, mask: Array | None,
+    query_seq_lengths: Array | None,
+) -> Array:
+    """Which queries may enter query landmarks (segment means or sampled positions).
+
+    A key padding mask (query axis of size 1, e.g. ``(B, 1, 1, n)``) with no
+    ``query_seq_lengths`` says nothing about which queries are padding, so every query counts
+    as valid and padded queries' content would reach valid outputs through the landmarks.
+    In self-attention shapes (q_len == kv_len) the landmarks then skip the positions of
+    padded keys, as Nyströmformer's single token mask does. Only the landmarks change: every
+    query the mask allows still gets its output, so equal-length cross-attention is never
+    zeroed. Shapes: bool ``(B, H, q_len)`` and ``(B, H, kv_len)``; returns bool
+    ``(B, H, q_len)``.
+    """
+    says_nothing = query_seq_lengths is None and (mask is None or jnp.ndim(mask) < 2
+                                                  or jnp.shape(mask)[-2] == 1)
+    if says_nothing and query_valid.shape == key_valid.shape:
+        return query_valid & key_valid
+    return query_valid
+
+
 def seq_lengths_valid(
     method: str, name: str, lengths: Any, batch_shape: tuple[int, ...], length: int
 ) -> Array | None:
@@ -261,6 +339,12 @@ def check_mask_shape(
 
 def as_bool_mask(method: str, mask: Any) -> Array:
     """A boolean mask, True = attend; numeric masks (Flax's default float 1/0) are nonzero."""
+    dtype = mask.dtype if hasattr(mask, "dtype") else np.asarray(mask).dtype
+    if np.dtype(dtype).kind not in "biuf" and dtype != jnp.bfloat16:
+        raise TypeError(
+            f"{method}(): `mask` must be boolean or numeric (nonzero = attend); got dtype "
+            f"{dtype}."
+        )
     mask = jnp.asarray(mask)
     if mask.dtype == jnp.bool_:
         return mask

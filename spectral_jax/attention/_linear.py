@@ -118,7 +118,8 @@ def linear_attention(
         ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
       head_chunk_size: (example, head) slices per step, each rematerialised in the
         backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
-      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
+        (``dropout_rate > 0``, not ``deterministic``) raises NotImplementedError.
 
     Returns:
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype (float32 sums inside).
@@ -152,7 +153,7 @@ def linear_attention(
         key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _linear_head, feature_map=feature_map, is_causal=is_causal, chunk_size=chunk_size,
-        eps=float(eps),
+        eps=_common.check_nonnegative_float(method, "eps", eps),
     )
     return _common.lift(
         head, query, key, value, q_valid, k_valid,

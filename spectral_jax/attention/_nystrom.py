@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spectral_jax.attention import _common, _softmax
 from spectral_jax.attention._landmarks import segment_means
@@ -48,7 +49,8 @@ def check_landmark_args(
 ) -> None:
     _common.check_positive_int(method, "num_landmarks", num_landmarks)
     if pinv_iterations is not None and (
-        isinstance(pinv_iterations, bool) or not isinstance(pinv_iterations, int)
+        isinstance(pinv_iterations, bool)
+        or not isinstance(pinv_iterations, (int, np.integer))
         or pinv_iterations < 0
     ):
         raise ValueError(
@@ -58,16 +60,31 @@ def check_landmark_args(
     _common.check_choice(method, "pinv_init", pinv_init, PINV_INITS)
 
 
+def landmark_values(
+    kern: LandmarkKernels, z: Array, v: Array, k_valid: Array, num_landmarks: int
+) -> Array:
+    """Z(BV), the (m, d) right factor of F Z B V; exact values when every key is a landmark.
+
+    With n_valid keys ≤ m, each valid key is its own landmark and F is exactly the softmax
+    over the valid keys, so F·V at those keys is exact attention: the answer the static
+    ``num_landmarks >= kv_len`` shortcut gives, now whatever the padding, so an example's
+    output never depends on how far its batch-mates pad it.
+    """
+    zbv = z @ (kern.b @ v)
+    key_values = segment_means(v, k_valid, num_landmarks)[0]
+    return jnp.where(k_valid.sum() <= num_landmarks, key_values, zbv)
+
+
 def _nystrom_head(
-    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, q_landmark_valid: Array, *,
     scale: float, num_landmarks: int, pinv_iterations: int | None, pinv_init: str,
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
     q, k, v = q.astype(ct) * scale, k.astype(ct), v.astype(ct)
-    kern = landmark_kernels(q, k, q_valid, k_valid, num_landmarks)
+    kern = landmark_kernels(q, k, q_landmark_valid, k_valid, num_landmarks)
     z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
     # Right-to-left keeps every product O(n m d): never form the n x n matrix.
-    out = kern.f @ (z @ (kern.b @ v))
+    out = kern.f @ landmark_values(kern, z, v, k_valid, num_landmarks)
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
@@ -93,15 +110,19 @@ def nystrom_attention(
     Landmarks Q̃, K̃ are the means of ``num_landmarks`` contiguous segments of the *valid*
     tokens (see :func:`segment_means`), so any length works and padding never changes the
     valid outputs. A⁺ is approximated by ``pinv_iterations`` steps of :func:`iterative_pinv`.
-    When ``num_landmarks >= max(q_len, kv_len)`` every token would be its own landmark and the
-    exact :func:`softmax_attention` is returned instead, as the reference code does. The
+    When an example has at most ``num_landmarks`` valid keys, each is its own landmark and
+    its output is exact softmax attention, F·V (the reference code's shortcut, but decided
+    per example from its valid keys, not from the padded length). The
     depthwise-convolution skip on V has parameters and lives in
     :class:`spectral_jax.nn.MultiHeadAttention`.
 
     Masks: ``mask`` must be a padding mask (``q_valid[:, None] & k_valid[None, :]``, as from
     ``flax.nnx.make_attention_mask``); it is reduced to per-(batch, head) key padding
     (``any`` over queries) and query padding (``any`` over keys). Padded keys get zero weight,
-    padded queries give zero rows, and a query with no valid key gives zeros.
+    padded queries give zero rows, and a query with no valid key gives zeros. A key padding
+    mask alone (query axis of size 1, no ``query_seq_lengths``) says nothing about the
+    queries; in self-attention shapes the query landmarks then skip padded key positions, so
+    padded content still never reaches valid outputs.
 
     Args:
       query: float ``(batch..., q_len, heads, head_dim)`` (bf16 in, bf16 out; kernels,
@@ -120,7 +141,8 @@ def nystrom_attention(
         ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
       head_chunk_size: (example, head) slices per step, each rematerialised in the
         backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
-      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
+        (``dropout_rate > 0``, not ``deterministic``) raises NotImplementedError.
 
     Returns:
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
@@ -151,7 +173,7 @@ def nystrom_attention(
     q_valid, k_valid = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
         key_value_seq_lengths=key_value_seq_lengths)
-    if num_landmarks >= max(query.shape[-3], key.shape[-3]):
+    if num_landmarks >= key.shape[-3]:
         return _softmax.softmax_attention(
             query, key, value, mask=mask, scale=scale, query_seq_lengths=query_seq_lengths,
             key_value_seq_lengths=key_value_seq_lengths)
@@ -161,5 +183,6 @@ def nystrom_attention(
     )
     return _common.lift(
         head, query, key, value, q_valid, k_valid,
+        _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths),
         method=method, head_chunk_size=head_chunk_size, together=pinv_init == "global",
     ).astype(query.dtype)

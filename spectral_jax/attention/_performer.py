@@ -54,10 +54,16 @@ def orthogonal_random_features(
     _common.check_positive_int(method, "num_features", num_features)
     _common.check_positive_int(method, "head_dim", head_dim)
     _common.check_choice(method, "scaling", scaling, ("chi", "sqrt_d"))
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"{method}(): `dtype` must be a float dtype; got {dtype!r}.")
     num_blocks = math.ceil(num_features / head_dim)
     block_rng, norm_rng = jax.random.split(rng)
     gaussian = jax.random.normal(block_rng, (num_blocks, head_dim, head_dim), jnp.float32)
-    blocks = jnp.linalg.qr(gaussian)[0]  # columns orthonormal
+    blocks, r = jnp.linalg.qr(gaussian)  # columns orthonormal
+    # QR's sign convention ties each column's sign to the Gaussian matrix (Householder makes
+    # diag(R) negative), which biases the features; fixing diag(R) > 0 makes each block Haar
+    # distributed, so every feature is uniform on the sphere and FAVOR+ unbiased.
+    blocks = blocks * jnp.sign(jnp.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
     w = jnp.swapaxes(blocks, -1, -2).reshape(-1, head_dim)[:num_features]
     if scaling == "chi":
         norms = jnp.linalg.norm(jax.random.normal(norm_rng, (num_features, head_dim)), axis=-1)
@@ -136,7 +142,8 @@ def performer_attention(
         ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
       head_chunk_size: (example, head) slices per step, each rematerialised in the
         backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
-      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
+        (``dropout_rate > 0``, not ``deterministic``) raises NotImplementedError.
 
     Returns:
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
@@ -177,7 +184,7 @@ def performer_attention(
         key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _performer_head, projection=projection, scale=scale, is_causal=is_causal,
-        eps=float(eps), chunk_size=chunk_size,
+        eps=_common.check_nonnegative_float(method, "eps", eps), chunk_size=chunk_size,
     )
     return _common.lift(
         head, query, key, value, q_valid, k_valid,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from spectral_jax.attention import _common
 
@@ -55,7 +56,8 @@ def iterative_pinv(
     _common.check_choice(method, "init", init, PINV_INITS)
     if num_iterations is None:
         return jnp.linalg.pinv(matrix, hermitian=False)
-    if isinstance(num_iterations, bool) or not isinstance(num_iterations, int) or num_iterations < 0:
+    if (isinstance(num_iterations, bool) or not isinstance(num_iterations, (int, np.integer))
+            or num_iterations < 0):
         raise ValueError(
             f"{method}(): `num_iterations` must be a non-negative int or None; got {num_iterations!r}."
         )
@@ -65,7 +67,7 @@ def iterative_pinv(
         norm = jax.lax.pmax(norm, ("batch", "heads"))
     z = matrix.T / jnp.where(norm > 0, norm, 1.0)
     eye = jnp.eye(matrix.shape[0], dtype=matrix.dtype)
-    for _ in range(num_iterations):
+    for _ in range(int(num_iterations)):
         az = matrix @ z
         z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
     return z

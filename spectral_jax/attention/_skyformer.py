@@ -69,7 +69,8 @@ def kernelized_attention(
         ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
       head_chunk_size: (example, head) slices per step, each rematerialised in the
         backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
-      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
+        (``dropout_rate > 0``, not ``deterministic``) raises NotImplementedError.
 
     Returns:
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
@@ -103,7 +104,8 @@ def kernelized_attention(
 
 
 def _skyformer_head(
-    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, rng: Array | None = None, *,
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, q_landmark_valid: Array,
+    rng: Array | None = None, *,
     scale: float, num_landmarks: int, ridge: float, pinv_iterations: int | None,
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
@@ -114,12 +116,14 @@ def _skyformer_head(
     # Landmarks are rows of [Q; K]: half from the queries, half from the keys, valid only.
     m_q, m_k = (num_landmarks + 1) // 2, num_landmarks // 2
     if rng is None:
-        pos_q, pos_k = evenly_spaced_positions(q_valid, m_q), evenly_spaced_positions(k_valid, m_k)
+        pos_q = evenly_spaced_positions(q_landmark_valid, m_q)
+        pos_k = evenly_spaced_positions(k_valid, m_k)
     else:
         rng_q, rng_k = jax.random.split(rng)
-        pos_q, pos_k = random_positions(rng_q, q_valid, m_q), random_positions(rng_k, k_valid, m_k)
+        pos_q = random_positions(rng_q, q_landmark_valid, m_q)
+        pos_k = random_positions(rng_k, k_valid, m_k)
     landmarks = jnp.concatenate([q[pos_q], k[pos_k]])
-    lm_valid = jnp.concatenate([q_valid[pos_q], k_valid[pos_k]])
+    lm_valid = jnp.concatenate([q_landmark_valid[pos_q], k_valid[pos_k]])
     q_s = gaussian_kernel(q, landmarks) * lm_valid[None, :]  # (n, m)
     k_s = gaussian_kernel(k, landmarks) * (lm_valid[None, :] & k_valid[:, None])
     pair = lm_valid[:, None] & lm_valid[None, :]
@@ -187,7 +191,8 @@ def skyformer_attention(
         ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
       head_chunk_size: (example, head) slices per step, each rematerialised in the
         backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
-      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
+        (``dropout_rate > 0``, not ``deterministic``) raises NotImplementedError.
 
     Returns:
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
@@ -212,27 +217,21 @@ def skyformer_attention(
     method = "skyformer_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     check_landmark_args(method, num_landmarks, pinv_iterations, "per_matrix")
-    if not isinstance(ridge, (int, float)) or ridge < 0:
-        raise ValueError(f"{method}(): `ridge` must be a float >= 0; got {ridge!r}.")
+    ridge = _common.check_nonnegative_float(method, "ridge", ridge)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_valid, k_valid = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
         key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
-        _skyformer_head, scale=scale, num_landmarks=num_landmarks, ridge=float(ridge),
+        _skyformer_head, scale=scale, num_landmarks=num_landmarks, ridge=ridge,
         pinv_iterations=pinv_iterations,
     )
     args = ()
     if rng is not None:
-        if not (isinstance(rng, jax.Array) and (
-            jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) or rng.shape == (2,)
-        )):
-            raise TypeError(
-                f"{method}(): `rng` must be a jax.random key (jax.random.key(seed)) or None; "
-                f"got {type(rng).__name__} {getattr(rng, 'shape', '')}."
-            )
+        _common.check_single_key(method, "rng", rng)
         args = (_common.fold_in_rng(rng, q_valid.shape[0], q_valid.shape[1]),)
     return _common.lift(
-        head, query, key, value, q_valid, k_valid, *args,
+        head, query, key, value, q_valid, k_valid,
+        _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths), *args,
         method=method, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

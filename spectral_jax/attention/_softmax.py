@@ -17,6 +17,36 @@ def _causal_and(mask: Array | None, q_len: int, kv_len: int) -> Array:
     return causal if mask is None else jnp.logical_and(mask, causal)
 
 
+def _dropout_on(flax_kwargs: dict[str, Any]) -> bool:
+    return bool(flax_kwargs.get("dropout_rate")) and not flax_kwargs.get("deterministic", False)
+
+
+def _dropout_multiplier(method: str, flax_kwargs: dict[str, Any], shape: tuple[int, ...]
+                        ) -> Array | None:
+    """Flax's attention-weight dropout: None when off, else keep / (1 − rate), float32.
+
+    Same semantics as ``flax.nnx.dot_product_attention``: on when ``dropout_rate > 0`` and
+    not ``deterministic``; ``broadcast_dropout`` (default True) shares one mask over the
+    batch and head dims.
+    """
+    if not _dropout_on(flax_kwargs):
+        return None
+    rate = _common.check_nonnegative_float(method, "dropout_rate", flax_kwargs["dropout_rate"])
+    if rate >= 1.0:
+        raise ValueError(f"{method}(): `dropout_rate` must be in [0, 1); got {rate!r}.")
+    rng = flax_kwargs.get("dropout_rng")
+    if rng is None:
+        raise ValueError(
+            f"{method}(): dropout_rate={rate} with deterministic=False needs `dropout_rng` "
+            "(a jax.random key); got None."
+        )
+    _common.check_single_key(method, "dropout_rng", rng)
+    if flax_kwargs.get("broadcast_dropout", True):
+        shape = (1,) * (len(shape) - 2) + shape[-2:]
+    keep = jax.random.bernoulli(rng, 1.0 - rate, shape)
+    return keep.astype(jnp.float32) / (1.0 - rate)
+
+
 def softmax_attention(
     query: Array,
     key: Array,
@@ -50,14 +80,17 @@ def softmax_attention(
         queries of each example are valid (combined with ``mask``).
       key_value_seq_lengths: optional int ``(batch...,)``: only the first
         ``key_value_seq_lengths`` keys and values of each example are valid.
-      **flax_kwargs: Flax ``attention_fn`` keywords (``dropout_rng``, ``deterministic``, ...)
-        are accepted and ignored: this function has no attention dropout.
+      **flax_kwargs: Flax ``attention_fn`` keywords. ``dropout_rate``, ``dropout_rng``,
+        ``deterministic`` and ``broadcast_dropout`` drop attention weights as
+        ``flax.nnx.dot_product_attention`` does (then the weights are formed explicitly);
+        ``dtype``, ``precision`` and ``module`` are accepted and ignored.
 
     Returns:
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype. Softmax runs in float32.
 
     Raises:
-      ValueError: mismatched shapes, a non-positive scale, or a mask that does not broadcast.
+      ValueError: mismatched shapes, a non-positive scale, a mask that does not broadcast,
+        or dropout without ``dropout_rng`` or with a rate outside [0, 1).
       TypeError: non-float inputs, a non-boolean mask or an unknown keyword.
 
     References:
@@ -71,8 +104,9 @@ def softmax_attention(
       (2, 16, 4, 8)
     """
     method = "softmax_attention"
-    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_flax_kwargs(method, flax_kwargs, dropout_ok=True)
     _common.check_qkv(method, query, key, value)
+    _common.check_bool(method, "is_causal", is_causal)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_len, kv_len = query.shape[-3], key.shape[-3]
     batch_shape = query.shape[:-3]
@@ -104,10 +138,12 @@ def softmax_attention(
     dtype = jnp.result_type(query, key, value)
     # jax.nn.dot_product_attention wants one dtype, v_head_dim == head_dim, and no float64;
     # everything else goes through the explicit reference (same semantics).
+    # Dropout needs the weights themselves, which the explicit path forms.
     if dtype == jnp.float64 or value.shape[-1] != query.shape[-1] or not (
         query.dtype == key.dtype == value.dtype
-    ):
-        return reference_attention(query, key, value, bias, mask, scale=scale).astype(dtype)
+    ) or _dropout_on(flax_kwargs):
+        return reference_attention(query, key, value, bias, mask, scale=scale,
+                                   **flax_kwargs).astype(dtype)
     flat = lambda x: x.reshape(-1, *x.shape[-3:])  # noqa: E731  jax.nn wants one batch dim
     flat_mask = None if mask is None else jnp.broadcast_to(mask, full).reshape(-1, *full[-3:])
     flat_bias = None if bias is None else jnp.broadcast_to(bias, full).reshape(-1, *full[-3:])
@@ -137,7 +173,8 @@ def reference_attention(
 
     Materialises the full weight matrix with ``Precision.HIGHEST`` einsums; the tests use it
     in float64 as ground truth. Same arguments, shapes and semantics as
-    :func:`softmax_attention` (rows with no valid key give zeros); not for production use.
+    :func:`softmax_attention` (rows with no valid key give zeros, Flax's dropout keywords
+    drop weights); not for production use.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -147,7 +184,7 @@ def reference_attention(
       (1, 8, 2, 4)
     """
     method = "reference_attention"
-    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_flax_kwargs(method, flax_kwargs, dropout_ok=True)
     _common.check_qkv(method, query, key, value)
     scale = _common.default_scale(method, scale, query.shape[-1])
     ct = _common.compute_dtype(query.dtype)
@@ -165,5 +202,8 @@ def reference_attention(
     if is_causal:
         valid = _causal_and(valid, query.shape[-3], key.shape[-3])
     weights = _common.masked_softmax(logits, valid)
+    multiplier = _dropout_multiplier(method, flax_kwargs, logits.shape)
+    if multiplier is not None:
+        weights = weights * multiplier.astype(ct)
     out = jnp.einsum("...hqk,...khd->...qhd", weights, value.astype(ct), precision=hi)
     return out.astype(query.dtype)

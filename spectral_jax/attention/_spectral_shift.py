@@ -10,7 +10,11 @@ import jax.numpy as jnp
 
 from spectral_jax.attention import _common, _softmax
 from spectral_jax.attention._landmarks import evenly_spaced_positions
-from spectral_jax.attention._nystrom import check_landmark_args, landmark_kernels
+from spectral_jax.attention._nystrom import (
+    check_landmark_args,
+    landmark_kernels,
+    landmark_values,
+)
 from spectral_jax.attention._pinv import iterative_pinv
 
 Array = jax.Array
@@ -49,16 +53,15 @@ def _trace_softmax(
 
 
 def _shift_head(
-    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, q_landmark_valid: Array, *,
     scale: float, num_landmarks: int, pinv_iterations: int | None, pinv_init: str,
     shift: str, return_delta: bool,
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
     q, k, v = q.astype(ct) * scale, k.astype(ct), v.astype(ct)
-    kern = landmark_kernels(q, k, q_valid, k_valid, num_landmarks)
+    kern = landmark_kernels(q, k, q_landmark_valid, k_valid, num_landmarks)
     z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
-    bv = kern.b @ v
-    low_rank = kern.f @ (z @ bv)
+    low_rank = kern.f @ landmark_values(kern, z, v, k_valid, num_landmarks)
     if shift == "zero":
         delta = jnp.zeros((), ct)
         out = low_rank
@@ -147,8 +150,9 @@ def spectral_shift_attention(
 
     On diffuse attention tr S ≈ 1 and δ ≈ 0 (the method reduces to Nyströmformer); on sharp,
     near-identity attention tr S ≈ n and δ ≈ 1 restores the diagonal that a rank-m
-    approximation cannot represent. When ``num_landmarks >= q_len`` the exact
-    :func:`softmax_attention` is returned. Masks are handled as in :func:`nystrom_attention`.
+    approximation cannot represent. An example with at most ``num_landmarks`` valid keys gets
+    exact softmax attention (δ = 0), as in :func:`nystrom_attention`, whatever its padding.
+    Masks are handled as in :func:`nystrom_attention`.
 
     Args:
       query: float ``(batch..., n, heads, head_dim)``; bf16 in, bf16 out (float32 inside).
@@ -167,7 +171,8 @@ def spectral_shift_attention(
         ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
       head_chunk_size: (example, head) slices per step, each rematerialised in the
         backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
-      **flax_kwargs: Flax ``attention_fn`` keywords, accepted and ignored.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
+        (``dropout_rate > 0``, not ``deterministic``) raises NotImplementedError.
 
     Returns:
       ``(batch..., n, heads, v_head_dim)`` in ``query``'s dtype.
@@ -211,6 +216,7 @@ def spectral_shift_attention(
     )
     return _common.lift(
         head, query, key, value, q_valid, k_valid,
+        _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths),
         method=method, head_chunk_size=head_chunk_size, together=pinv_init == "global",
     ).astype(query.dtype)
 
@@ -265,6 +271,8 @@ def spectral_shift_delta(
     )
     b = q_valid.shape[0]
     flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
-    fn = jax.vmap(jax.vmap(head, in_axes=(1, 1, 1, 0, 0), axis_name="heads"), axis_name="batch")
-    delta = fn(flat(query), flat(key), flat(key), q_valid, k_valid)
+    fn = jax.vmap(jax.vmap(head, in_axes=(1, 1, 1, 0, 0, 0), axis_name="heads"),
+                  axis_name="batch")
+    delta = fn(flat(query), flat(key), flat(key), q_valid, k_valid,
+               _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths))
     return delta.reshape(query.shape[:-3] + query.shape[-2:-1])

@@ -15,6 +15,9 @@ matplotlib.use("Agg")  # files only: benchmarks run headless, also on GPU hosts.
 import matplotlib.pyplot as plt  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+# 1000 faults is 4 MiB of fresh 4 KiB pages per call, several ms of kernel time on CPU.
+FAULT_NOTE_THRESHOLD = 1000
+
 _MODE_LABEL = {"fwd": "forward", "fwd_bwd": "forward+backward"}
 
 
@@ -94,15 +97,31 @@ def speed_table(records: Sequence[dict[str, Any]], title: str = "bench speed") -
 
 
 def speed_notes(records: Sequence[dict[str, Any]]) -> list[str]:
-    """One line per skipped configuration, saying why (e.g. it would not fit in memory).
+    """Lines to print under the table: each skipped configuration and why, then page faults.
+
+    The fault line appears when some timed call took ``FAULT_NOTE_THRESHOLD`` or more minor
+    page faults: its time then includes the kernel zero-filling memory that the allocator
+    handed back after the previous call (see "Why the allocator decides the growth" in
+    benchmarks/README.md).
 
     Example:
       >>> from spectral_jax.bench.report import speed_notes
       >>> speed_notes([{"method": "softmax", "mode": "fwd", "length": 8, "skipped": "too big"}])
       ['skipped softmax fwd at n=8: too big']
     """
-    return [f"skipped {r['method']} {r['mode']} at n={r['length']}: {r['skipped']}"
-            for r in records if r.get("skipped")]
+    notes = [f"skipped {r['method']} {r['mode']} at n={r['length']}: {r['skipped']}"
+             for r in records if r.get("skipped")]
+    faulty = [r for r in records
+              if (r.get("minor_faults_per_call") or 0) >= FAULT_NOTE_THRESHOLD]
+    if faulty:
+        worst = max(faulty, key=lambda r: r["minor_faults_per_call"])
+        notes.append(
+            f"{len(faulty)} timed configuration{'s' * (len(faulty) > 1)} took >= "
+            f"{FAULT_NOTE_THRESHOLD} page faults per call (most: {worst['method']} {worst['mode']} at n={worst['length']}, "
+            f"{worst['minor_faults_per_call']:,.0f}): their times include re-faulting buffers "
+            "the allocator returned to the OS; a caching allocator (jemalloc, tcmalloc) avoids "
+            "it, see benchmarks/README.md")
+    return notes
 
 
 def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,

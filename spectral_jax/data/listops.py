@@ -407,13 +407,16 @@ def read_tsv(path: str | os.PathLike) -> tuple[list[np.ndarray], np.ndarray]:
     if not path.is_file():
         raise FileNotFoundError(f"ListOps split file not found: {path}")
     seqs, labels = [], []
-    with open(path, newline="", encoding="utf-8") as f:
+    # utf-8-sig: a byte-order mark (editors on Windows add one) is not part of the header.
+    with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f, delimiter="\t")
         header = next(reader, None)
         if header != ["Source", "Target"]:
             raise ValueError(f"{path}:1: expected the header 'Source<TAB>Target', got {header!r}")
         for row in reader:
             where = f"{path}:{reader.line_num}"
+            if not row:  # a blank line, e.g. a trailing one
+                continue
             if len(row) != 2:
                 raise ValueError(
                     f"{where}: expected 2 tab-separated fields (Source, Target), got "

@@ -63,7 +63,12 @@ def read_tsv(path: str | os.PathLike) -> tuple[list[np.ndarray], list[np.ndarray
     with open(path, "rb") as f:
         for line_num, line in enumerate(f, start=1):
             where = f"{path}:{line_num}"
-            fields = line.rstrip(b"\r\n").split(b"\t")
+            line = line.rstrip(b"\r\n")
+            if line_num == 1:
+                line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
+            if not line.strip():  # a blank line, e.g. a trailing one
+                continue
+            fields = line.split(b"\t")
             if len(fields) != 5:
                 raise ValueError(
                     f"{where}: expected 5 tab-separated fields (label, id1, id2, text1, "

@@ -26,6 +26,31 @@ Array = jax.Array
 __all__ = ["DualEncoderClassifier", "MultiHeadAttention", "SequenceClassifier", "TransformerConfig"]
 
 
+def _require_rngs(module: nn.Module, deterministic: bool, dropout: bool, attention: str) -> None:
+    """Raises unless ``apply`` got the rng streams that ``deterministic=False`` draws from.
+
+    Without them the bridge falls back to one fixed key, so every step would reuse the same
+    dropout mask and Skyformer landmarks; Linen's own ``nn.Dropout`` raises here too.
+    """
+    if deterministic or module.is_initializing():
+        return
+    missing = []
+    if dropout and not module.has_rng("dropout"):
+        missing.append("'dropout'")
+    if attention == "skyformer" and not (module.has_rng("landmarks") or module.has_rng("dropout")):
+        missing.append("'landmarks' (or 'dropout')")
+    if missing:
+        raise ValueError(
+            f"{type(module).__name__}: deterministic=False needs the rng stream(s) "
+            f"{', '.join(missing)}; pass apply(..., rngs={{'dropout': key}}). Without them "
+            "every call would reuse one fixed key."
+        )
+
+
+def _has_dropout(config: TransformerConfig) -> bool:
+    return config.dropout_rate > 0 or config.attention_dropout_rate > 0
+
+
 class SequenceClassifier(nn.Module):
     """Linen :class:`spectral_jax.nn.SequenceClassifier`: int ``(B, L)`` → float32 ``(B, C)``.
 
@@ -47,7 +72,11 @@ class SequenceClassifier(nn.Module):
 
     @nn.compact
     def __call__(self, inputs: Array, mask: Array, *, deterministic: bool) -> Array:
-        """Same arguments, result and errors as the NNX ``SequenceClassifier.__call__``."""
+        """Same arguments, result and errors as the NNX ``SequenceClassifier.__call__``.
+
+        Raises ValueError when ``deterministic=False`` needs a ``"dropout"`` rng not given.
+        """
+        _require_rngs(self, deterministic, _has_dropout(self.config), self.config.attention)
         model = nnx.bridge.to_linen(_nnx_models.SequenceClassifier, self.config, name="model")
         return model(inputs, mask, deterministic=deterministic)
 
@@ -73,7 +102,11 @@ class DualEncoderClassifier(nn.Module):
 
     @nn.compact
     def __call__(self, inputs: Array, mask: Array, *, deterministic: bool) -> Array:
-        """Same arguments, result and errors as the NNX ``DualEncoderClassifier.__call__``."""
+        """Same arguments, result and errors as the NNX ``DualEncoderClassifier.__call__``.
+
+        Raises ValueError when ``deterministic=False`` needs a ``"dropout"`` rng not given.
+        """
+        _require_rngs(self, deterministic, _has_dropout(self.config), self.config.attention)
         model = nnx.bridge.to_linen(
             _nnx_models.DualEncoderClassifier, self.config, name="model"
         )
@@ -123,7 +156,11 @@ class MultiHeadAttention(nn.Module):
         mask: Array | None = None,
         deterministic: bool,
     ) -> Array:
-        """Same arguments, result and errors as the NNX ``MultiHeadAttention.__call__``."""
+        """Same arguments, result and errors as the NNX ``MultiHeadAttention.__call__``.
+
+        Raises ValueError when ``deterministic=False`` needs a ``"dropout"`` rng not given.
+        """
+        _require_rngs(self, deterministic, self.dropout_rate > 0, self.attention)
         layer = nnx.bridge.to_linen(
             _nnx_models.MultiHeadAttention,
             self.num_heads,

@@ -366,24 +366,11 @@ class MultiHeadAttention(nnx.Module):
             )
 
         if self.dropout_rate and not deterministic:
-            # Exact softmax with dropped weights; the pure functions have no dropout.
-            if self.is_causal:
-                causal = nnx.make_causal_mask(jnp.ones(query.shape[:-2], jnp.bool_))
-                causal = causal.astype(jnp.bool_)
-                mask = causal if mask is None else mask & causal
-            x = nnx.dot_product_attention(
-                query,
-                key,
-                value,
-                mask=mask,
-                dropout_rng=self.dropout_rng(),
-                dropout_rate=self.dropout_rate,
-                broadcast_dropout=False,
-                deterministic=False,
-                dtype=self.dtype,
-            )
-        else:
-            x = _attention.get_attention(self.attention)(query, key, value, mask=mask, **kwargs)
+            # Only softmax gets here (checked in __init__): the same call as in evaluation,
+            # plus its Flax dropout keywords, so scale, causality and padding agree.
+            kwargs.update(dropout_rng=self.dropout_rng(), dropout_rate=self.dropout_rate,
+                          broadcast_dropout=False, deterministic=False)
+        x = _attention.get_attention(self.attention)(query, key, value, mask=mask, **kwargs)
 
         if self.conv_kernel is not None:
             x = x + self._conv_skip(value, mask, query.shape[-3])

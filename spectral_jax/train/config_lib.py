@@ -9,6 +9,7 @@ config schema. The style follows big_vision's ``configs/common.py`` and the Flax
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_collections
@@ -178,15 +179,20 @@ def build_config(
     cfg.task = task
     cfg.protocol = protocol
     cfg.seed = seed
+    from spectral_jax.data.registry import TASKS as DATA_TASKS
+    from spectral_jax.data.registry import task_options
+
+    # Every reader option is present (at its default), so each can be set from the command
+    # line (ml_collections refuses fields that do not exist).
+    options = {**(task_options(task) if task in DATA_TASKS else {}), **data.get("options", {})}
     cfg.data = ml_collections.ConfigDict(
-        {"dir": data["dir"], "options": dict(data.get("options", {})),
-         "generate": data.get("generate")}
+        {"dir": data["dir"], "options": options, "generate": data.get("generate")}
     )
     model_defaults = {
         "vocab_size": None, "num_classes": None, "max_length": None, "num_layers": 2,
         "embed_dim": 64, "num_heads": 2, "qkv_dim": 64, "mlp_dim": 128, "dropout_rate": 0.1,
         "attention_dropout_rate": 0.0, "pooling": "mean", "positional": "sinusoidal",
-        "interaction": "concat", "dtype": "float32",
+        "interaction": "concat", "dtype": "float32", "use_bias": True,
     }
     cfg.model = ml_collections.ConfigDict({**model_defaults, **model})
     cfg.model.attention = attention
@@ -244,6 +250,36 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         )
     if not isinstance(config.seed, int):
         raise ValueError(f"seed={config.seed!r} must be an int")
+    if not isinstance(train.redraw_features_every, int) or train.redraw_features_every < 0:
+        raise ValueError(
+            f"train.redraw_features_every={train.redraw_features_every!r} must be an int >= 0 "
+            "(0: never redraw Performer features)"
+        )
+    model = config.model
+    for name in ("num_layers", "embed_dim", "num_heads", "qkv_dim", "mlp_dim"):
+        _check_positive_int(f"model.{name}", model[name])
+    for name in ("dropout_rate", "attention_dropout_rate"):
+        _check_unit_interval(f"model.{name}", model[name])
+    opt = train.optimizer
+    for name in ("b1", "b2"):
+        _check_unit_interval(f"train.optimizer.{name}", opt[name])
+    _check_number("train.optimizer.eps", opt.eps, low=0.0, strict=True)
+    _check_number("train.optimizer.weight_decay", opt.weight_decay, low=0.0)
+    if train.schedule.steps_per_cycle is not None:
+        _check_positive_int("train.schedule.steps_per_cycle", train.schedule.steps_per_cycle)
+
+
+def _check_number(name: str, value: Any, *, low: float, strict: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < low or (strict and value == low):
+        relation = ">" if strict else ">="
+        raise ValueError(f"{name}={value!r} must be a finite number {relation} {low}")
+
+
+def _check_unit_interval(name: str, value: Any) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name}={value!r} must be a number in [0, 1)")
 
 
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

@@ -23,6 +23,8 @@ from spectral_jax.train.writers import MetricWriter
 CONFIG_FILE = "config.json"
 RESULTS_FILE = "results.json"
 CHECKPOINT_DIR = "checkpoints"
+# Written next to generated ListOps files: the data.generate settings that made them.
+GENERATED_FILE = "generated.json"
 # Files a run owns in its workdir; --overwrite removes exactly these.
 _RUN_FILES = (CONFIG_FILE, RESULTS_FILE, CHECKPOINT_DIR, "metrics.jsonl", "tensorboard")
 
@@ -86,7 +88,7 @@ def setup_run(
     )()
     steps = steps_lib.make_steps(
         graphdef, config.seed, replicated, distributed.batch_sharding(mesh),
-        optim.make_schedule(config),
+        optim.make_schedule(config), config.train.redraw_features_every,
     )
     return RunSetup(graphdef, rng_state, state, steps, int(num_params))
 
@@ -124,8 +126,12 @@ def train_and_evaluate(
         >>> # python -m spectral_jax.cli train --config configs/lra/listops.py:quick --workdir w
         >>> # or: train_and_evaluate(listops.get_config("quick"), "runs/listops_quick")
     """
+    from spectral_jax import data as data_lib
+
     config = ml_collections.ConfigDict(config.to_dict())
     validate_config(config)
+    # Absolute, so that `eval` finds the data from any working directory.
+    config.data.dir = os.path.abspath(config.data.dir)
     mesh = distributed.make_mesh()
     train_cfg = config.train
     eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size
@@ -137,13 +143,20 @@ def train_and_evaluate(
         _check_workdir(workdir, config)
     task = _load_task(config, is_main)
     model_cfg = steps_lib.model_config(config, task)
-    if is_main:
-        _write_workdir(workdir, config, overwrite=overwrite)
 
     with jax.set_mesh(mesh):
         setup = setup_run(config, model_cfg, task.dual, mesh)
         rng_state, state, step_fns = setup.rng_state, setup.state, setup.steps
         batch_sharding = distributed.batch_sharding(mesh)
+        # Tracing one step (no compile) raises model and attention errors (heads not
+        # dividing qkv_dim, bad method parameters) before the workdir is claimed, so the
+        # fixed command can rerun in the same workdir.
+        jax.eval_shape(step_fns.train, rng_state, state, distributed.global_batch(
+            next(data_lib.iterate_batches(task.splits["train"], train_cfg.batch_size,
+                                          shuffle=False)),
+            batch_sharding))
+        if is_main:
+            _write_workdir(workdir, config, overwrite=overwrite)
         ckpt = checkpoint_lib.Checkpointer(
             os.path.join(workdir, CHECKPOINT_DIR), keep=train_cfg.keep_checkpoints
         )
@@ -202,6 +215,9 @@ def _train(config, task, step_fns, rng_state, state, meta, start_step, ckpt, wri
         reporter.advance()
         is_eval = step % train_cfg.eval_every == 0 or step == train_cfg.steps
         if step % train_cfg.log_every == 0 or is_eval:
+            # Steps are dispatched asynchronously: wait for them, or the clock counts only
+            # their dispatch.
+            jax.block_until_ready(metrics)
             summary = _summarize(window, time.perf_counter() - window_start, step)
             writer.write(step, "train", summary)
             reporter.train(step, summary)
@@ -354,21 +370,41 @@ def _load_task(config: ml_collections.ConfigDict, is_main: bool):
             raise ValueError(
                 f"data.generate is set but task={config.task!r}; only listops can be generated"
             )
+        settings = cfg.generate.to_dict()
+        record = os.path.join(cfg.dir, GENERATED_FILE)
         if not os.path.exists(os.path.join(cfg.dir, "basic_train.tsv")):
             if is_main:
                 print(f"Generating ListOps data in {cfg.dir} ...", flush=True)
-                data.listops.generate(cfg.dir, **cfg.generate.to_dict())
+                data.listops.generate(cfg.dir, **settings)
+                with open(record, "w") as f:
+                    json.dump(settings, f, indent=2, sort_keys=True)
             if jax.process_count() > 1:
                 from jax.experimental import multihost_utils
 
                 multihost_utils.sync_global_devices("listops generated")
+        elif os.path.exists(record):
+            with open(record) as f:
+                made = json.load(f)
+            if made != settings:
+                raise ValueError(
+                    f"data.dir={cfg.dir!r} holds ListOps generated with different settings "
+                    f"({_diff(made, settings, 'data.generate.')}); use another data.dir or "
+                    "delete that one"
+                )
+        elif is_main:
+            print(f"Using the ListOps files already in {cfg.dir}; data.generate is not used.",
+                  flush=True)
     try:
-        return data.load_task(config.task, cfg.dir, **cfg.options.to_dict())
+        task = data.load_task(config.task, cfg.dir, **cfg.options.to_dict())
     except FileNotFoundError as e:
         raise FileNotFoundError(
             f"{e}\n(data.dir={cfg.dir!r} comes from the config; point it elsewhere with "
             f"--config.data.dir=PATH)"
         ) from e
+    for name, split in task.splits.items():
+        if not len(split):
+            raise ValueError(f"the {name} split in data.dir={cfg.dir!r} has no examples")
+    return task
 
 
 def evaluate_checkpoint(

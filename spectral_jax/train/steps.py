@@ -21,7 +21,7 @@ from spectral_jax.nn import TransformerConfig
 # Model fields that come from the config file as-is (vocab, classes and length are checked).
 _MODEL_FIELDS = (
     "num_layers", "embed_dim", "num_heads", "qkv_dim", "mlp_dim", "dropout_rate",
-    "attention_dropout_rate", "attention", "pooling", "positional", "interaction",
+    "attention_dropout_rate", "attention", "pooling", "positional", "interaction", "use_bias",
 )
 
 
@@ -123,14 +123,30 @@ class Steps:
     eval: Callable[..., Any]
 
 
+def _redraw_at(model: nnx.Module, step: jax.Array, every: int, key: jax.Array) -> None:
+    """Redraws the Performer projections when ``step`` is a positive multiple of ``every``."""
+    from spectral_jax.nn import RandomFeatures, redraw_features
+
+    # A snapshot of the arrays: the State itself would follow the in-place redraw.
+    old = nnx.to_pure_dict(nnx.state(model, RandomFeatures))
+    redraw_features(model, key)  # a few d x d QRs per layer: cheaper than a branch
+    state = nnx.state(model, RandomFeatures)
+    due = (step > 0) & (step % every == 0)
+    nnx.replace_by_pure_dict(state, jax.tree.map(
+        lambda a, b: jnp.where(due, b, a), old, nnx.to_pure_dict(state)))
+    nnx.update(model, state)
+
+
 def make_steps(
     graphdef: nnx.GraphDef, seed: int, replicated: jax.sharding.Sharding,
-    batch: jax.sharding.Sharding, schedule: optax.Schedule,
+    batch: jax.sharding.Sharding, schedule: optax.Schedule, redraw_features_every: int = 0,
 ) -> Steps:
     """Builds the train and eval steps of a split ``(model, optimizer)`` graph.
 
     Dropout and Skyformer landmarks are reseeded every step from ``fold_in(key(seed), step)``,
     so the randomness of step ``s`` does not depend on how the run got there (resume-exact).
+    With ``redraw_features_every = N > 0``, Performer projections are redrawn before steps
+    N, 2N, ... (Choromanski et al. 2021, §3), keyed the same way.
 
     Args:
         graphdef: from ``nnx.split((model, optimizer), nnx.RngState, ...)``.
@@ -139,6 +155,7 @@ def make_steps(
         batch: sharding of batch arrays (split over the data axis).
         schedule: the learning-rate schedule (reported as ``learning_rate``; the rate
           applied at that step).
+        redraw_features_every: redraw Performer features every this many steps; 0: never.
 
     Returns:
         :class:`Steps`.
@@ -153,6 +170,8 @@ def make_steps(
         step = optimizer.step[...]
         key = jax.random.fold_in(base_key, step)
         nnx.reseed(model, dropout=jax.random.fold_in(key, 0), landmarks=jax.random.fold_in(key, 1))
+        if redraw_features_every:
+            _redraw_at(model, step, redraw_features_every, jax.random.fold_in(key, 2))
 
         def loss_fn(model_):
             return _metrics(model_, batch_, deterministic=False)
