@@ -126,7 +126,9 @@ def test_image_missing_data_and_bad_source(tmp_path, monkeypatch) -> None:
 @pytest.mark.skipif(not (image.SYSTEM_FASHION_MNIST / image.FASHION_FILES["train_images"])
                     .is_file(), reason="dataset-fashion-mnist is not installed")
 def test_real_fashion_mnist_from_debian_package(tmp_path) -> None:
-    task = data.load_task("image", tmp_path)  # empty dir: auto falls back to the system copy
+    # An empty dir: auto falls back to the system copy, and says so.
+    with pytest.warns(UserWarning, match="no CIFAR-10 pickles in .*; source='auto' uses Fashion-MNIST"):
+        task = data.load_task("image", tmp_path)
     assert [len(s) for s in task.splits.values()] == [54000, 6000, 10000]
     chex.assert_shape(task.splits["test"].inputs, (10000, 784))
     assert np.bincount(task.splits["test"].labels).tolist() == [1000] * 10

@@ -166,3 +166,11 @@ def test_unknown_difficulty_and_missing_folder(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="spectral-jax data pathfinder --out .* "
                                                 "--resolution 128"):
         data.load_task("pathx", tmp_path)
+
+
+def test_reader_refuses_16_bit_images(tmp_path) -> None:
+    _write_release(tmp_path, [("sample_0.png", 0)])
+    path = tmp_path / "pathfinder32" / "curv_baseline" / "imgs" / "0" / "sample_0.png"
+    Image.fromarray(np.full((32, 32), 40000, np.uint16)).save(path)
+    with pytest.raises(ValueError, match=r"sample_0\.png has 'I;16' pixels; Pathfinder images must be 8-bit"):
+        data.load_task("pathfinder", tmp_path, difficulty="curv_baseline")

@@ -294,6 +294,8 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
     (["train.optimizer.weight_decay=-1.0"], r"weight_decay=-1.0 must be a finite number >= 0"),
     (["train.schedule.steps_per_cycle=0"], r"steps_per_cycle=0 must be a positive int"),
     (["train.redraw_features_every=-1"], r"redraw_features_every=-1 must be an int >= 0"),
+    (["model.attention='performer'"], r"model.attention_kwargs has \['num_landmarks', 'pinv_iterations'\], which "
+     r"attention='performer' does not take.*listops.py:attention=performer"),
 ])
 def test_config_errors_before_compile(tmp_path, override, message):
     cfg = _listops_config(tmp_path, *override)

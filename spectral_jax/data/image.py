@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -246,6 +247,10 @@ def load(
         parts, length = _load_cifar(cifar)
         where = f"cifar10 pickles in {cifar}"
     elif fashion is not None:
+        if source == "auto":
+            # A mistyped CIFAR-10 path must not pass unnoticed as a CIFAR-10 result.
+            warnings.warn(f"image: no CIFAR-10 pickles in {data_dir}; source='auto' uses "
+                          f"Fashion-MNIST from {fashion}", stacklevel=2)
         parts, length = _load_fashion(fashion)
         where = f"fashion_mnist IDX in {fashion}"
     else:

@@ -109,6 +109,10 @@ def _read_image(path: Path, where: str, resolution: int) -> np.ndarray:
         raise FileNotFoundError(f"{where}: metadata row points to a missing image {path}")
     try:
         with Image.open(path) as img:
+            if img.mode.startswith(("I", "F")):
+                # PIL would clip 16-bit or float values to 255, silently whitening the image.
+                raise ValueError(f"{where}: image {path} has {img.mode!r} pixels; Pathfinder "
+                                 "images must be 8-bit (grayscale or RGB)")
             pixels = np.asarray(img.convert("L"))
     except (UnidentifiedImageError, OSError) as err:
         raise UndecodableImageError(f"{where}: cannot decode image {path} ({err}); pass "

@@ -61,6 +61,19 @@ def _method_parameters(fn: Any) -> frozenset[str]:
     )
 
 
+def allowed_attention_kwargs(attention: str) -> frozenset[str]:
+    """The ``attention_kwargs`` keys :class:`MultiHeadAttention` takes for a registered method.
+
+    Example:
+        >>> sorted(allowed_attention_kwargs("linear"))
+        ['chunk_size', 'eps', 'feature_map', 'head_chunk_size', 'scale', 'symmetric']
+    """
+    spec = _attention.get_attention_spec(attention)
+    params = _method_parameters(spec.fn) - FLAX_KWARGS - _MODULE_CONTROLLED - _PER_CALL
+    options = {k for k, methods in _MODULE_OPTIONS.items() if methods is None or attention in methods}
+    return frozenset(params | options)
+
+
 def _check_positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}.")

@@ -256,6 +256,17 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             "(0: never redraw Performer features)"
         )
     model = config.model
+    from spectral_jax.nn._attention import allowed_attention_kwargs
+
+    allowed = allowed_attention_kwargs(model.attention)
+    unknown = sorted(set(model.attention_kwargs.to_dict()) - allowed)
+    if unknown:
+        raise ValueError(
+            f"model.attention_kwargs has {unknown}, which attention={model.attention!r} does not "
+            f"take (allowed: {sorted(allowed)}). To switch a preset to another method, use the "
+            f"config argument, e.g. configs/lra/{config.task}.py:attention={model.attention}, "
+            "which brings that method's own attention_kwargs"
+        )
     for name in ("num_layers", "embed_dim", "num_heads", "qkv_dim", "mlp_dim"):
         _check_positive_int(f"model.{name}", model[name])
     for name in ("dropout_rate", "attention_dropout_rate"):
