@@ -124,10 +124,8 @@ def check_positive_int(method: str, name: str, value: Any, *, allow_none: bool =
         raise ValueError(f"{method}(): `{name}` must be {allowed}; got {value!r}.")
 
 
-def check_nonnegative_float(
-    method: str, name: str, value: Any, *, positive: bool = False
-) -> float:
-    """A finite real number >= 0 (> 0 with ``positive``), as a Python float.
+def check_nonnegative_float(method: str, name: str, value: Any) -> float:
+    """A finite real number >= 0, as a Python float.
 
     NumPy and 0-d JAX scalars are accepted (configs loaded from files give them); bools,
     arrays, NaN and inf are not, as they would only surface later as NaN outputs.
@@ -136,9 +134,8 @@ def check_nonnegative_float(
         number = float(value) if not isinstance(value, bool) and np.ndim(value) == 0 else None
     except (TypeError, ValueError):
         number = None
-    if number is None or not math.isfinite(number) or number < 0 or (positive and number == 0):
-        allowed = "a finite float > 0" if positive else "a finite float >= 0"
-        raise ValueError(f"{method}(): `{name}` must be {allowed}; got {value!r}.")
+    if number is None or not math.isfinite(number) or number < 0:
+        raise ValueError(f"{method}(): `{name}` must be a finite float >= 0; got {value!r}.")
     return number
 
 
