@@ -195,18 +195,17 @@ class MultiHeadAttention(nnx.Module):
                     f"attention_kwargs[{name!r}] applies to attention in {list(allowed)}, "
                     f"got attention={attention!r}."
                 )
-        method_params = _method_parameters(spec.fn) - FLAX_KWARGS
+        allowed = allowed_attention_kwargs(attention)
         for name in kwargs:
             if name in _PER_CALL:
                 raise ValueError(
                     f"attention_kwargs[{name!r}] is per-call data, not a module option; pass "
                     "the padding to __call__ as `mask` (e.g. nnx.make_attention_mask)."
                 )
-            if name in _MODULE_CONTROLLED or name not in method_params:
-                allowed = sorted((method_params - _MODULE_CONTROLLED) | set(_MODULE_OPTIONS))
+            if name not in allowed:
                 raise ValueError(
                     f"attention_kwargs has unknown key {name!r} for attention={attention!r}; "
-                    f"allowed: {allowed}."
+                    f"allowed: {sorted(allowed)}."
                 )
 
         if kwargs.get("head_chunk_size") is not None:

@@ -129,7 +129,9 @@ def _redraw_at(model: nnx.Module, step: jax.Array, every: int, key: jax.Array) -
 
     # A snapshot of the arrays: the State itself would follow the in-place redraw.
     old = nnx.to_pure_dict(nnx.state(model, RandomFeatures))
-    redraw_features(model, key)  # a few d x d QRs per layer: cheaper than a branch
+    # Drawn every step (a few d x d QRs per layer) and kept only when due: one straight-line
+    # step program, with no branch for XLA to carry.
+    redraw_features(model, key)
     state = nnx.state(model, RandomFeatures)
     due = (step > 0) & (step % every == 0)
     nnx.replace_by_pure_dict(state, jax.tree.map(
