@@ -7,7 +7,8 @@ Many hosts (GPU clusters, TPU pods): start the same command on every host, with
 ``SPECTRAL_JAX_DISTRIBUTED=1`` (or ``--distributed``). :func:`maybe_initialize` then calls
 ``jax.distributed.initialize()``, which finds the coordinator itself under Slurm, Open MPI,
 Kubernetes (JobSet) and Cloud TPU; elsewhere set ``JAX_COORDINATOR_ADDRESS=host0:1234``,
-``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` (read by JAX). Every process reads the same
+``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` (the first is read by JAX, the other two
+by :func:`maybe_initialize`). Every process reads the same
 global batch sequence and feeds its own rows with
 ``jax.make_array_from_process_local_data``; process 0 writes the logs and ``results.json``,
 and orbax coordinates the checkpoint writes. Example with two hosts::
@@ -46,8 +47,22 @@ def maybe_initialize(distributed: bool | None = None) -> bool:
     if distributed is None:
         distributed = os.environ.get("SPECTRAL_JAX_DISTRIBUTED", "").lower() in ("1", "true")
     if distributed:
-        jax.distributed.initialize()
+        # JAX reads JAX_COORDINATOR_ADDRESS itself but not the process count and id: without
+        # a cluster manager to detect they must be passed explicitly.
+        jax.distributed.initialize(
+            num_processes=_env_int("JAX_NUM_PROCESSES"), process_id=_env_int("JAX_PROCESS_ID")
+        )
     return bool(distributed)
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an int; got {raw!r}") from None
 
 
 def make_mesh(devices: list[jax.Device] | None = None) -> jax.sharding.Mesh:
