@@ -8,3 +8,15 @@ import jax  # noqa: E402
 
 # Must run before the backend starts, i.e. before any device query or array creation.
 jax.config.update("jax_num_cpu_devices", 8)
+
+
+def pytest_configure(config):
+    # pytest-xdist stops its workers with an interrupt; when it lands inside JAX's garbage
+    # collection callback, Python reports it as "Exception ignored in _xla_gc_callback" and
+    # pytest turns that into a warning at the end of an otherwise green run. It says nothing
+    # about the tests, so only that exact report is silenced.
+    config.addinivalue_line(
+        "filterwarnings",
+        "ignore:Exception ignored in. <function (.*\\.)?_xla_gc_callback "
+        ":pytest.PytestUnraisableExceptionWarning",
+    )
