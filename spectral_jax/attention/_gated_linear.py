@@ -1,4 +1,4 @@
-"""Gated (forgetting) causal linear attention: RFA's recurrence S_t = g_t S_{t−1} + (1 − g_t) φ(k_t)v_tᵀ."""
+"""Gated causal linear attention (RFA-Gate): S_t = g_t S_{t−1} + (1 − g_t) φ(k_t)v_tᵀ."""
 
 from __future__ import annotations
 

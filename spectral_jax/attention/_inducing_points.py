@@ -36,7 +36,8 @@ def check_summary_queries(method: str, name: str, summary: Any, query: Array) ->
             f"{getattr(summary, 'shape', type(summary))}."
         )
     if not jnp.issubdtype(summary.dtype, jnp.floating):
-        raise TypeError(f"{method}(): `{name}` must be a floating array; got dtype {summary.dtype}.")
+        raise TypeError(
+            f"{method}(): `{name}` must be a floating array; got dtype {summary.dtype}.")
     if summary.shape[-2:] != (heads, head_dim) or summary.shape[-3] < 1 or (
             summary.ndim == query.ndim and summary.shape[:-3] != batch_shape):
         raise ValueError(
@@ -75,7 +76,7 @@ def read_summary(
     method: str, query: Array, summary: Array, query_valid: Array, *, scale: Any,
     head_chunk_size: int | None,
 ) -> Array:
-    """softmax(Q Hᵀ · scale) H per head: ``(batch..., n, heads, d)``, zero rows at padded queries."""
+    """softmax(Q Hᵀ · scale) H per head: ``(batch..., n, heads, d)``; padded queries give 0."""
     b, heads, length = query_valid.shape[0], query_valid.shape[1], summary.shape[-3]
     ones = jnp.ones((b, heads, length), bool)
     return _common.lift(

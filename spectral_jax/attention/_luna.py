@@ -149,8 +149,8 @@ def luna_attention(
       TypeError: non-float inputs, non-bool mask or ``return_packed``, unknown keywords.
 
     References:
-      Ma et al. 2021, "Luna: Linear Unified Nested Attention", NeurIPS, §3 (pack and unpack attention);
-      code XuezheMax/fairseq-apollo ``LunarMultiheadAttention``.
+      Ma et al. 2021, "Luna: Linear Unified Nested Attention", NeurIPS, §3 (pack and unpack
+      attention); code XuezheMax/fairseq-apollo ``LunarMultiheadAttention``.
 
     Example:
       >>> import jax
