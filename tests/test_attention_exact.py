@@ -225,7 +225,7 @@ def test_symmetric_shift_frobenius_error_not_above_nystrom():
     x = 2.0 * jax.random.normal(jax.random.key(13), (1, 128, 1, 8), jnp.float64)
     eye = jnp.eye(128, dtype=jnp.float64)[None, :, None, :]
     exact = sa.kernelized_attention(x, x, eye)
-    nys = rel_err(sa.symmetric_spectral_shift_attention(x, None, eye, kernel="gaussian", num_landmarks=16, shift=False), exact)
+    nys = rel_err(sa.symmetric_spectral_shift_attention(x, None, eye, kernel="gaussian", num_landmarks=16, shift="none"), exact)
     ss = rel_err(sa.symmetric_spectral_shift_attention(x, None, eye, kernel="gaussian", num_landmarks=16), exact)
     assert ss < 0.5 * nys, (nys, ss)
     with pytest.raises(ValueError, match="key == query"):

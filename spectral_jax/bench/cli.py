@@ -196,8 +196,9 @@ def add_parser(subparsers: Any) -> None:
                              "linear"])
     er.add_argument("--budgets", nargs="+", type=int, default=[16, 32, 64, 128, 256],
                     help="num_landmarks / num_features / proj_len values")
-    er.add_argument("--regimes", nargs="+", choices=("diffuse", "sharp", "random_walk"),
-                    default=["diffuse", "sharp", "random_walk"])
+    er.add_argument("--regimes", nargs="+",
+                    choices=("diffuse", "sharp", "random_walk", "varying_norm"),
+                    default=["diffuse", "sharp", "random_walk", "varying_norm"])
     er.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     er.add_argument("--lengths", nargs="+", type=int, default=[1024])
     er.add_argument("--batch", type=int, default=1)

@@ -10,7 +10,7 @@ import numpy as np
 
 Array = jax.Array
 
-REGIMES = ("diffuse", "sharp", "random_walk")
+REGIMES = ("diffuse", "sharp", "random_walk", "varying_norm")
 
 
 def random_walk_tokens(rng: Array, shape: tuple[int, ...], correlation_length: float) -> Array:
@@ -64,6 +64,7 @@ def make_inputs(
     head_dim: int = 64,
     sharpness: float = 2.0,
     correlation_length: float = 32.0,
+    norm_spread: float = 0.5,
     dtype: Any = jnp.float32,
 ) -> tuple[Array, Array, Array]:
     """Query, key and value arrays of one synthetic attention regime.
@@ -75,6 +76,10 @@ def make_inputs(
       identity and tr(S) ≈ n: the case a rank-m approximation cannot represent.
     - ``"random_walk"``: q, k, v are random linear maps (N(0, 1/d) weights) of shared
       locally correlated tokens (:func:`random_walk_tokens`), like a trained layer's inputs.
+    - ``"varying_norm"``: q = k = ρ_i·x_i with x ~ N(0, 1) and a log-normal norm per token,
+      ρ_i = exp(``norm_spread``·z_i), z ~ N(0, 1). The diagonal logit ρ_i²‖x_i‖²/√d ranges
+      from diffuse to sharp across the tokens of one sequence, so no single shift of the
+      diagonal fits all of them.
 
     Args:
       regime: one of ``REGIMES``.
@@ -82,13 +87,15 @@ def make_inputs(
       batch, length, heads, head_dim: the layout ``(batch, length, heads, head_dim)``.
       sharpness: s > 0, used by ``"sharp"`` (the norm scale of q = k).
       correlation_length: ℓ > 0 tokens, used by ``"random_walk"``.
+      norm_spread: σ ≥ 0, the log-normal spread of token norms in ``"varying_norm"``.
       dtype: float dtype of the results.
 
     Returns:
       ``(query, key, value)``, each ``(batch, length, heads, head_dim)`` of ``dtype``.
 
     Raises:
-      ValueError: unknown ``regime``, non-positive sizes or ``sharpness``.
+      ValueError: unknown ``regime``, non-positive sizes or ``sharpness``, negative
+        ``norm_spread``.
 
     Example:
       >>> import jax
@@ -105,12 +112,20 @@ def make_inputs(
             raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
     if not sharpness > 0:
         raise ValueError(f"`sharpness` must be > 0; got {sharpness!r}.")
+    if not norm_spread >= 0:
+        raise ValueError(f"`norm_spread` must be >= 0; got {norm_spread!r}.")
     shape = (batch, length, heads, head_dim)
     kq, kk, kv = jax.random.split(rng, 3)
     if regime == "diffuse":
         q, k, v = (jax.random.normal(r, shape, jnp.float32) for r in (kq, kk, kv))
     elif regime == "sharp":
         q = k = sharpness * jax.random.normal(kq, shape, jnp.float32)
+        v = jax.random.normal(kv, shape, jnp.float32)
+    elif regime == "varying_norm":
+        x = jax.random.normal(kq, shape, jnp.float32)
+        # A Python float keeps the norms float32 with jax_enable_x64 on, too.
+        rho = jnp.exp(float(norm_spread) * jax.random.normal(kk, (*shape[:-1], 1), jnp.float32))
+        q = k = rho * x
         v = jax.random.normal(kv, shape, jnp.float32)
     else:
         x = random_walk_tokens(kq, shape, correlation_length)

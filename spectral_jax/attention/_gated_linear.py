@@ -1,0 +1,219 @@
+"""Gated causal linear attention (RFA-Gate): S_t = g_t S_{t−1} + (1 − g_t) φ(k_t)v_tᵀ."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spectral_jax.attention import _common
+from spectral_jax.attention._linear import FEATURE_MAPS
+
+Array = jax.Array
+
+
+def _positive(den: Array) -> Array:
+    # A query with no valid key so far has 0/0; replacing the zero keeps values and grads finite.
+    return jnp.where(den > 0, den, 1.0)
+
+
+def gated_feature_attention(
+    phi_q: Array, phi_k: Array, v: Array, gates: Array, *, chunk_size: int, eps: float
+) -> Array:
+    """y_t = φ(q_t)ᵀS_t / (φ(q_t)ᵀz_t + eps) for one head, by a chunked scan.
+
+    With A_t the running sum of log g within a chunk, token j ≤ i of the same chunk reaches
+    query i with weight exp(A_i − A_j)(1 − g_j) (a c × c lower-triangular product) and the
+    carried state enters as exp(A_i)·S₀. Every exponent is ≤ 0, so nothing overflows, and
+    the cost is O(n·c·(r + d_v) + n·r·d_v), never n × n.
+
+    Args:
+      phi_q: ``(n, r)`` non-negative query features; phi_k ``(n, r)`` (zero at padded keys);
+        v ``(n, d_v)``; gates ``(n,)`` in [0, 1] (1 at padded keys).
+
+    Returns:
+      ``(n, d_v)``.
+    """
+    n, r = phi_q.shape
+    c = min(chunk_size, n)
+    pad = (-n) % c
+    # g = 0 (a reset) would give log 0 = −inf and inf − inf in A_i − A_j; the floor keeps it
+    # finite while its weight, exp(log tiny), is still zero in float32.
+    log_g = jnp.log(jnp.maximum(gates, jnp.finfo(gates.dtype).tiny))
+    keep = 1.0 - gates
+    pq, pk, pv = (jnp.pad(x, ((0, pad), (0, 0))) for x in (phi_q, phi_k, v))
+    log_g, keep = jnp.pad(log_g, (0, pad)), jnp.pad(keep, (0, pad))
+    nc = (n + pad) // c
+    chunks = (pq.reshape(nc, c, r), pk.reshape(nc, c, r), pv.reshape(nc, c, -1),
+              log_g.reshape(nc, c), keep.reshape(nc, c))
+    tril = jnp.tril(jnp.ones((c, c), bool))
+
+    def step(carry, chunk):
+        state, norm = carry
+        cq, ck, cv, clog, ckeep = chunk
+        a = jnp.cumsum(clog)
+        # Masked twice: the upper triangle's A_i − A_j > 0 could overflow, and an inf there
+        # would give NaN gradients even though where() discards it.
+        decay = jnp.where(tril, jnp.exp(jnp.where(tril, a[:, None] - a[None, :], 0.0)), 0.0)
+        local = (cq @ ck.T) * decay * ckeep[None, :]
+        carried = jnp.exp(a)
+        num = carried[:, None] * (cq @ state) + local @ cv
+        den = carried * (cq @ norm) + local.sum(-1)
+        weight = (jnp.exp(a[-1] - a) * ckeep)[:, None] * ck
+        new = (jnp.exp(a[-1]) * state + weight.T @ cv, jnp.exp(a[-1]) * norm + weight.sum(0))
+        return new, num / _positive(den + eps)[:, None]
+
+    init = (jnp.zeros((r, v.shape[-1]), v.dtype), jnp.zeros((r,), v.dtype))
+    _, out = jax.lax.scan(step, init, chunks)
+    return out.reshape(nc * c, -1)[:n]
+
+
+def _gated_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, gates: Array, *,
+    feature_map: str, chunk_size: int, eps: float,
+) -> Array:
+    ct = _common.compute_dtype(q.dtype)
+    phi = FEATURE_MAPS[feature_map]
+    phi_q = phi(q.astype(ct))
+    phi_k = jnp.where(k_valid[:, None], phi(k.astype(ct)), 0.0)
+    v = jnp.where(k_valid[:, None], v.astype(ct), 0.0)
+    # A padded position neither writes nor forgets: its gate is content too.
+    gates = jnp.where(k_valid, gates.astype(ct), 1.0)
+    out = gated_feature_attention(phi_q, phi_k, v, gates, chunk_size=chunk_size, eps=eps)
+    return jnp.where(q_valid[:, None], out, 0.0)
+
+
+def _check_gates(method: str, gates: Any, key: Array) -> None:
+    expected = key.shape[:-1]
+    if not hasattr(gates, "shape") or tuple(gates.shape) != expected:
+        raise ValueError(
+            f"{method}(): `gates` must have shape (batch..., length, heads) = {expected}; got "
+            f"{getattr(gates, 'shape', type(gates))}."
+        )
+    if not jnp.issubdtype(gates.dtype, jnp.floating):
+        raise TypeError(f"{method}(): `gates` must be a floating array; got dtype {gates.dtype}.")
+    if not isinstance(gates, jax.core.Tracer):
+        values = np.asarray(gates, np.float64)
+        if values.size and not ((values >= 0) & (values <= 1)).all():
+            bad = values[~((values >= 0) & (values <= 1))]
+            raise ValueError(
+                f"{method}(): `gates` must lie in [0, 1] (e.g. sigmoid outputs); got values "
+                f"such as {bad[:3].tolist()}."
+            )
+
+
+def gated_linear_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    gates: Array,
+    scale: float | None = None,
+    is_causal: bool = True,
+    feature_map: str = "elu",
+    eps: float = 1e-6,
+    chunk_size: int = 128,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
+    **flax_kwargs: Any,
+) -> Array:
+    """Causal linear attention with a gated, forgetting state (RFA-Gate), O(n·d·d_v).
+
+    Per head, with φ = elu + 1 (or relu) and gates g_t ∈ [0, 1]:
+
+        S_t = g_t·S_{t−1} + (1 − g_t)·φ(k_t) v_tᵀ,   z_t = g_t·z_{t−1} + (1 − g_t)·φ(k_t),
+        y_t = φ(q_t)ᵀ S_t / (φ(q_t)ᵀ z_t + eps),      S_0 = 0, z_0 = 0.
+
+    Unrolled, y_t = Σ_{j≤t} w_tj φ(q_t)ᵀφ(k_j) v_j / (Σ_{j≤t} w_tj φ(q_t)ᵀφ(k_j) + eps) with
+    w_tj = (1 − g_j)·Π_{j<s≤t} g_s: older tokens fade. A constant gate g cancels from the
+    ratio except through ``eps``, so as g → 1 this tends to causal :func:`linear_attention`;
+    g = 1 exactly writes nothing (all zeros). Keep ``eps`` well below (1 − g)·φ(q)ᵀφ(k),
+    or 0. Computed by a chunked scan (see :func:`gated_feature_attention`); the recurrence
+    is causal by construction, so ``is_causal`` must be True (the default). Padded keys
+    neither write to the state nor decay it (their gate is taken as 1); padded queries give
+    zero rows; a query with no valid key at or before it gives zeros.
+
+    Args:
+      query: float ``(batch..., n, heads, head_dim)``; bf16 in, bf16 out (float32 state).
+      key: float ``(batch..., n, heads, head_dim)``.
+      value: float ``(batch..., n, heads, v_head_dim)``.
+      bias: must be None.
+      mask: optional bool padding mask broadcastable to ``(batch, heads, n, n)``.
+      gates: float ``(batch..., n, heads)`` in [0, 1], g_t per token and head (a module
+        learns them as σ(x_t·w + b)); checked when concrete.
+      scale: must be None (the feature map replaces the softmax scale).
+      is_causal: must be True.
+      feature_map: ``"elu"`` (elu(x) + 1) or ``"relu"``.
+      eps: added to the normaliser.
+      chunk_size: tokens per chunk of the scan.
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid (O(n) right padding, as in
+        ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
+      head_chunk_size: (example, head) slices per step, each rematerialised in the
+        backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
+        (``dropout_rate > 0``, not ``deterministic``) raises NotImplementedError.
+
+    Returns:
+      ``(batch..., n, heads, v_head_dim)`` in ``query``'s dtype.
+
+    Raises:
+      ValueError: bad shapes (q_len != kv_len, ``gates`` not ``(batch..., n, heads)``),
+        gates outside [0, 1], ``bias`` or ``scale`` given, unknown ``feature_map``,
+        non-positive ``chunk_size``, negative ``eps``, a mask that is not a padding mask.
+      NotImplementedError: ``is_causal=False`` (there is no bidirectional form).
+      TypeError: non-float inputs or gates, non-bool mask, unknown keywords.
+
+    References:
+      Peng et al. 2021, "Random Feature Attention", ICLR, §3.2 (RFA-Gate, the gated recurrence);
+      Katharopoulos et al. 2020, "Transformers are RNNs", ICML (the feature map).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from spectral_jax.attention._gated_linear import gated_linear_attention
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
+      >>> g = jnp.full((2, 100, 4), 0.9)
+      >>> gated_linear_attention(q, k, v, gates=g).shape
+      (2, 100, 4, 16)
+    """
+    method = "gated_linear_attention"
+    _common.check_bool(method, "is_causal", is_causal)
+    if not is_causal:
+        raise NotImplementedError(
+            f"{method}(): `is_causal=False` is not supported: the gated recurrence S_t = "
+            "g_t S_(t-1) + (1 - g_t) phi(k_t) v_t^T only looks back, so it is causal by "
+            "construction. Pass is_causal=True, or use linear_attention for bidirectional "
+            "attention."
+        )
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
+    if query.shape[-3] != key.shape[-3]:
+        raise ValueError(
+            f"{method}(): the recurrence needs q_len == kv_len; got {query.shape[-3]} and "
+            f"{key.shape[-3]}."
+        )
+    _check_gates(method, gates, key)
+    _common.check_choice(method, "feature_map", feature_map, tuple(FEATURE_MAPS))
+    _common.check_positive_int(method, "chunk_size", chunk_size)
+    if scale is not None:
+        raise ValueError(
+            f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
+        )
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
+    head = functools.partial(
+        _gated_head, feature_map=feature_map, chunk_size=chunk_size,
+        eps=_common.check_nonnegative_float(method, "eps", eps),
+    )
+    b = q_valid.shape[0]
+    per_head_gates = jnp.swapaxes(gates.reshape(b, *gates.shape[-2:]), 1, 2)  # (B, H, n)
+    return _common.lift(
+        head, query, key, value, q_valid, k_valid, per_head_gates,
+        method=method, head_chunk_size=head_chunk_size,
+    ).astype(query.dtype)

@@ -1,0 +1,302 @@
+"""Inducing points (Set Transformer), Luna and gated linear attention against float64 formulas.
+
+Each function is checked against an independent numpy float64 implementation of its
+formula, with padding, and for the library's guarantees: padded content never reaches a
+valid output, padded queries give zeros, a query with no valid key gives zeros with finite
+gradients, examples do not depend on their batch, jit/grad/vmap and bf16 work.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpy_reference as ref
+import pytest
+
+from spectral_jax.attention import linear_attention
+from spectral_jax.attention._gated_linear import gated_linear_attention
+from spectral_jax.attention._inducing_points import inducing_points_attention
+from spectral_jax.attention._luna import luna_attention, luna_pack
+
+B, N, H, D, M = 2, 13, 2, 4, 5
+
+
+def _inputs(seed=0, dtype=jnp.float64, n=N):
+    ks = jax.random.split(jax.random.key(seed), 5)
+    q, k, v = (jax.random.normal(r, (B, n, H, D), dtype) for r in ks[:3])
+    points = jax.random.normal(ks[3], (M, H, D), dtype)
+    gates = jax.random.uniform(ks[4], (B, n, H), dtype, 0.2, 0.95)
+    return q, k, v, points, gates
+
+
+def _key_mask(valid):
+    """(B, 1, 1, n) key padding mask from bool (B, n)."""
+    return jnp.asarray(valid)[:, None, None, :]
+
+
+def _pair_mask(valid):
+    valid = jnp.asarray(valid)
+    return valid[:, None, :, None] & valid[:, None, None, :]
+
+
+# ------------------------------------------------------------------ numpy float64 formulas
+
+
+def _two_step_np(q, k, v, s, k_valid, scale):
+    """H = softmax(s I Kᵀ) V over valid keys, out = softmax(s Q Hᵀ) H, one head."""
+    h = ref.attention(s, k, v, scale, key_valid=k_valid[None, :])
+    return ref.attention(q, h, h, scale), h
+
+
+def _per_head(fn, *arrays, k_valid, q_valid, shared=None, **kw):
+    """Applies a one-head numpy formula to (B, n, H, d) arrays; zero rows at padded queries."""
+    outs, hs = [], []
+    for b in range(B):
+        ob, hb = [], []
+        for h in range(H):
+            extra = () if shared is None else (
+                np.asarray(shared)[:, h] if shared.ndim == 3 else np.asarray(shared)[b, :, h],)
+            out, summ = fn(*(np.asarray(a, np.float64)[b, :, h] for a in arrays), *extra,
+                           k_valid[b], **kw)
+            ob.append(np.where(q_valid[b][:, None], out, 0.0))
+            hb.append(summ)
+        outs.append(np.stack(ob, 1))
+        hs.append(None if hb[0] is None else np.stack(hb, 1))
+    return np.stack(outs), None if hs[0] is None else np.stack(hs)
+
+
+def _elu1(x):
+    return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
+
+
+def _gated_np(q, k, v, g, k_valid, eps):
+    """The explicit recurrence, token by token; padded keys skipped."""
+    pq, pk = _elu1(q), _elu1(k)
+    s, z = np.zeros((q.shape[1], v.shape[1])), np.zeros(q.shape[1])
+    out = np.zeros((q.shape[0], v.shape[1]))
+    for t in range(q.shape[0]):
+        if k_valid[t]:
+            s = g[t] * s + (1 - g[t]) * np.outer(pk[t], v[t])
+            z = g[t] * z + (1 - g[t]) * pk[t]
+        den = pq[t] @ z + eps
+        out[t] = pq[t] @ s / den if den > 0 else 0.0
+    return out, None
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+SUMMARY = ("inducing_points", "luna")
+
+
+@functools.partial(jax.jit, static_argnames=("name",))
+def _summary(q, k, v, s, mask, lengths, *, name):
+    """One compiled call per method, shape and dtype: always a mask, lengths and P'."""
+    kw = dict(mask=mask, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+    if name == "inducing_points":
+        return inducing_points_attention(q, k, v, inducing_points=s, **kw), s
+    return luna_attention(q, k, v, packed_query=s, return_packed=True, **kw)
+
+
+def _full(q):
+    return jnp.ones((q.shape[0], 1, q.shape[1], q.shape[1]), bool), jnp.full(q.shape[0], q.shape[1])
+
+
+# ------------------------------------------------------------------ inducing points and Luna
+
+
+@pytest.mark.parametrize(("name", "batched_summary"),
+                         [("inducing_points", False), ("luna", False), ("luna", True)])
+def test_summary_attention_matches_two_step_formula_with_padding(x64, name, batched_summary):
+    q, k, v, points, _ = _inputs()
+    if batched_summary:  # a previous Luna layer's P' is per example
+        points = jax.random.normal(jax.random.key(7), (B, M, H, D), jnp.float64)
+    valid = np.arange(N)[None, :] < np.array([[N], [8]])
+    expected, summary = _per_head(_two_step_np, q, k, v, shared=points, k_valid=valid,
+                                  q_valid=valid, scale=1 / np.sqrt(D))
+    out, packed = _summary(q, k, v, points, _pair_mask(valid), _full(q)[1], name=name)
+    chex.assert_trees_all_close(np.asarray(out), expected, atol=1e-12)
+    if name == "luna":  # padded keys never reach P': it equals the valid-keys formula
+        chex.assert_trees_all_close(np.asarray(packed), summary, atol=1e-12)
+
+
+def test_summary_hand_computed_value_and_luna_pack(x64):
+    # One point at 0 reads the keys uniformly: H = mean(v) = 2; then every query reads H = 2.
+    k = jnp.zeros((1, 2, 1, 1))
+    v = jnp.array([[[[1.0]], [[3.0]]]])
+    q = jnp.ones((1, 3, 1, 1))
+    out = inducing_points_attention(q, k, v, inducing_points=jnp.zeros((1, 1, 1)))
+    np.testing.assert_allclose(np.asarray(out).ravel(), [2.0, 2.0, 2.0], rtol=1e-12)
+    packed = luna_pack(q, k, v, packed_query=jnp.zeros((1, 1, 1)), mask=jnp.array([True, False]))
+    np.testing.assert_allclose(np.asarray(packed).ravel(), [1.0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", SUMMARY)
+def test_summary_padding_batch_vmap_and_grads(name):
+    q, k, v, points, _ = _inputs(1, jnp.float32)
+    valid = np.arange(N)[None, :] < np.array([[9], [N]])
+    noise = 100 * jax.random.normal(jax.random.key(3), (3, B, N, H, D))
+    pad = ~jnp.asarray(valid)[:, :, None, None]
+    lengths = jnp.array([9, N])
+    mask, full_lengths = _full(q)
+    clean = _summary(*(jnp.where(pad, 0.0, x) for x in (q, k, v)), points, mask, lengths,
+                     name=name)
+    dirty = _summary(*(jnp.where(pad, e, x) for x, e in zip((q, k, v), noise)), points, mask,
+                     lengths, name=name)
+    chex.assert_trees_all_close(clean, dirty, atol=1e-6)
+    assert float(jnp.abs(dirty[0][0, 9:]).max()) == 0.0  # padded query rows are zero
+    by_mask = _summary(q, k, v, points, _pair_mask(valid), full_lengths, name=name)
+    chex.assert_trees_all_close(by_mask, clean, atol=1e-5)
+    # An example never depends on its batch; an outer vmap gives the same.
+    alone = _summary(q[:1], k[:1], v[:1], points, mask[:1], lengths[:1], name=name)
+    chex.assert_trees_all_close(alone[0], clean[0][:1], atol=1e-6)
+    mapped = jax.vmap(lambda a, b, c, m, n: _summary(a, b, c, points, m, n, name=name))(
+        q[:, None], k[:, None], v[:, None], mask[:, None], lengths[:, None])
+    chex.assert_trees_all_close(mapped[0][:, 0], clean[0], atol=1e-5)
+    # Example 0 has no valid key: zeros, and finite gradients for everything.
+    none = jnp.array([0, N])
+    out = _summary(q, k, v, points, mask, none, name=name)[0]
+    assert float(jnp.abs(out[0]).max()) == 0.0 and float(jnp.abs(out[1]).min()) > 0.0
+    loss = lambda *a: _summary(*a, mask, none, name=name)[0].sum()  # noqa: E731
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, points)
+    assert all(bool(jnp.isfinite(g).all()) for g in grads)
+    assert float(jnp.abs(grads[3]).max()) > 0.0  # the inducing points / P are learnable
+
+
+@pytest.mark.parametrize("name", SUMMARY)
+def test_summary_bf16(name):
+    bf = [x.astype(jnp.bfloat16) for x in _inputs(3, jnp.float32)[:4]]
+    out16 = _summary(*bf, *_full(bf[0]), name=name)
+    assert out16[0].dtype == out16[1].dtype == jnp.bfloat16
+    out32 = _summary(*(x.astype(jnp.float32) for x in bf), *_full(bf[0]), name=name)
+    chex.assert_trees_all_close(out16[0].astype(jnp.float32), out32[0], atol=2e-2)
+
+
+@pytest.mark.parametrize("name", SUMMARY)
+def test_summary_bad_arguments(name):
+    q, k, v, points, _ = _inputs(0, jnp.float32)
+    param = "inducing_points" if name == "inducing_points" else "packed_query"
+
+    def fn(q, k, v, s, **kw):
+        if name == "inducing_points":
+            return inducing_points_attention(q, k, v, inducing_points=s, **kw)
+        return luna_attention(q, k, v, packed_query=s, **kw)
+
+    with pytest.raises(NotImplementedError, match="is_causal"):
+        fn(q, k, v, points, is_causal=True)
+    with pytest.raises(ValueError, match=param):
+        fn(q, k, v, points[..., :3])
+    with pytest.raises(ValueError, match=param):
+        fn(q, k, v, jnp.zeros((3, M, H, D)))
+    with pytest.raises(ValueError, match="value"):
+        fn(q, k, v[..., :3], points)
+    with pytest.raises(ValueError, match="bias"):
+        fn(q, k, v, points, bias=jnp.zeros((B, H, N, N)))
+    with pytest.raises(TypeError, match=param):
+        fn(q, k, v, points.astype(jnp.int32))
+    if name == "luna":
+        with pytest.raises(TypeError, match="return_packed"):
+            luna_attention(q, k, v, packed_query=points, return_packed=1)
+
+
+# ------------------------------------------------------------------ gated linear attention
+
+
+@functools.partial(jax.jit, static_argnames=("chunk_size", "eps"))
+def _gated(q, k, v, gates, mask, *, chunk_size=4, eps=1e-6):
+    return gated_linear_attention(q, k, v, gates=gates, mask=mask, chunk_size=chunk_size, eps=eps)
+
+
+@pytest.mark.parametrize("chunk_size", [4, 64])
+def test_gated_matches_explicit_recurrence_with_padding(x64, chunk_size):
+    q, k, v, _, gates = _inputs(4)
+    # Example 0: the first key and two in the middle padded; example 1: right padding.
+    valid = np.ones((B, N), bool)
+    valid[0, [0, 5, 6]] = False
+    valid[1, 10:] = False
+    gates = gates.at[0, 2].set(0.0).at[1, 3].set(1.0)  # a reset and a step that keeps all
+    expected, _ = _per_head(_gated_np, q, k, v, gates, k_valid=valid,
+                            q_valid=np.ones((B, N), bool), eps=1e-6)
+    out = _gated(q, k, v, gates, _key_mask(valid), chunk_size=chunk_size)
+    chex.assert_trees_all_close(np.asarray(out), expected, atol=1e-10)
+    assert float(jnp.abs(out[0, 0]).max()) == 0.0  # no valid key at or before query 0
+
+
+def test_gated_limits(x64):
+    q, k, v, _, _ = _inputs(5)
+    mask = _full(q)[0]
+    # g -> 1: the (1 - g) factors cancel in the ratio: causal linear attention (eps = 0).
+    near_one = jnp.full((B, N, H), 1.0 - 1e-9)
+    out = _gated(q, k, v, near_one, mask, eps=0.0)
+    lin = linear_attention(q, k, v, is_causal=True, eps=0.0, chunk_size=4)
+    chex.assert_trees_all_close(out, lin, atol=1e-6)
+    # g = 0: the state is the current token alone, so y_t = v_t exactly.
+    chex.assert_trees_all_close(_gated(q, k, v, 0 * near_one, mask, eps=0.0), v, atol=1e-12)
+
+
+def test_gated_padding_causality_batch_vmap_and_grads():
+    q, k, v, _, gates = _inputs(6, jnp.float32)
+    valid = np.arange(N)[None, :] < np.array([[9], [N]])
+    pad = ~jnp.asarray(valid)[:, :, None, None]
+    noise = 100 * jax.random.normal(jax.random.key(8), (3, B, N, H, D))
+    mask = _pair_mask(valid)
+    clean = _gated(q, k, v, gates, mask)
+    dirty = _gated(*(jnp.where(pad, e, x) for x, e in zip((q, k, v), noise)),
+                   jnp.where(pad[..., 0], 0.0, gates), mask)
+    chex.assert_trees_all_close(clean, dirty, atol=1e-6)
+    assert float(jnp.abs(clean[0, 9:]).max()) == 0.0
+    # Causal: changing token 7's key, value and gate leaves queries 0..6 unchanged.
+    full = _full(q)[0]
+    base = _gated(q, k, v, gates, full)
+    moved = _gated(q, k.at[:, 7].add(3.0), v.at[:, 7].add(3.0), gates.at[:, 7].set(0.01), full)
+    chex.assert_trees_all_close(moved[:, :7], base[:, :7], atol=1e-6)
+    assert float(jnp.abs(moved[:, 7:] - base[:, 7:]).max()) > 1e-3
+    # Batch independence and an outer vmap.
+    chex.assert_trees_all_close(_gated(q[:1], k[:1], v[:1], gates[:1], full[:1]), base[:1],
+                                atol=1e-6)
+    mapped = jax.vmap(_gated)(q[:, None], k[:, None], v[:, None], gates[:, None], full[:, None])
+    chex.assert_trees_all_close(mapped[:, 0], base, atol=1e-5)
+    # No valid key at all in example 0: zeros and finite gradients, also for the gates.
+    none = _key_mask(jnp.zeros((B, N), bool).at[1].set(True))
+    assert float(jnp.abs(_gated(q, k, v, gates, none)[0]).max()) == 0.0
+    grads = jax.jit(jax.grad(lambda *a: _gated(*a, none).sum(), argnums=(0, 1, 2, 3)))(
+        q, k, v, gates)
+    assert all(bool(jnp.isfinite(g).all()) for g in grads)
+    assert float(jnp.abs(grads[3][1]).max()) > 0.0
+
+
+def test_gated_bf16():
+    bf = [x.astype(jnp.bfloat16) for x in _inputs(7, jnp.float32)]
+    bf = bf[:3] + bf[4:]
+    mask = _full(bf[0])[0]
+    out16 = _gated(*bf, mask)
+    assert out16.dtype == jnp.bfloat16
+    out32 = _gated(*(x.astype(jnp.float32) for x in bf), mask)
+    chex.assert_trees_all_close(out16.astype(jnp.float32), out32, atol=2e-2)
+
+
+def test_gated_bad_arguments():
+    q, k, v, _, gates = _inputs(0, jnp.float32)
+    with pytest.raises(NotImplementedError, match="is_causal"):
+        gated_linear_attention(q, k, v, gates=gates, is_causal=False)
+    with pytest.raises(ValueError, match="gates"):
+        gated_linear_attention(q, k, v, gates=gates[..., :1])
+    with pytest.raises(ValueError, match="gates"):
+        gated_linear_attention(q, k, v, gates=gates.at[0, 0, 0].set(1.5))
+    with pytest.raises(TypeError, match="gates"):
+        gated_linear_attention(q, k, v, gates=(gates > 0.5).astype(jnp.int32))
+    with pytest.raises(ValueError, match="scale"):
+        gated_linear_attention(q, k, v, gates=gates, scale=0.5)
+    with pytest.raises(ValueError, match="chunk_size"):
+        gated_linear_attention(q, k, v, gates=gates, chunk_size=0)
+    with pytest.raises(ValueError, match="eps"):
+        gated_linear_attention(q, k, v, gates=gates, eps=-1.0)
+    with pytest.raises(ValueError, match="q_len == kv_len"):
+        gated_linear_attention(q[:, :5], k, v, gates=gates)
