@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from spectral_jax import cli as entry_point
 from spectral_jax.data import cli, listops
 
 
@@ -63,8 +64,7 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path, capsys) -> None:
         (["pathfinder", "--out", str(tmp_path / "pf"), "--difficulty", "hard"],
          "unknown difficulty 'hard'"),
     ):
-        args = _parser().parse_args(["data", *argv])
-        assert args.func(args) == 2
+        assert entry_point.main(["data", *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"spectral-jax data {argv[0]}: error: ") and message in err
         assert "Traceback" not in err and err.count("\n") == 1
