@@ -10,9 +10,12 @@ The rule, the same in every package:
   (unless allowed), a list or an array with dimensions where a number is expected; anything but
   a bool where a bool is expected.
 * **ValueError** when it is of the right kind but not an allowed value: out of range, NaN or
-  infinite, not integral where an int is expected (``2.5``, ``4.0``), a bool where a number is
-  expected (``True`` is an int to Python but never a count or a rate), or not one of a choice's
-  values.
+  infinite, or not one of a choice's values.
+* **NumberKindError**, a subclass of both, for a number of the wrong kind: a float where an
+  int is expected (``2.5``, ``4.0``), or a bool where a number is expected (``True`` is an int
+  to Python but never a count or a rate). It is a wrong type, and also a bad value to callers
+  that catch ValueError for bad numbers (as NumPy's ``AxisError`` is both a ValueError and an
+  IndexError).
 * NumPy integers and floats (from config files, sweeps) are accepted wherever Python ones are,
   and are returned as Python ``int`` / ``float``; float checks also accept 0-d arrays.
 
@@ -34,7 +37,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["boolean", "choice", "message", "nonnegative_int", "number", "positive_int"]
+__all__ = ["NumberKindError", "boolean", "choice", "message", "nonnegative_int", "number",
+           "positive_int"]
+
+
+class NumberKindError(TypeError, ValueError):
+    """A number of the wrong kind: a float or a bool where an int is expected, a bool for a float.
+
+    Example:
+        >>> try:
+        ...     positive_int("f()", "num_landmarks", 2.5)
+        ... except ValueError as err:  # also a TypeError
+        ...     print(type(err).__name__, err)
+        NumberKindError f(): `num_landmarks` must be a positive int; got 2.5.
+    """
 
 
 def message(owner: str, name: str, what: str, value: Any) -> str:
@@ -53,11 +69,11 @@ def _is_bool(value: Any) -> bool:
 
 def _integer(owner: str, name: str, value: Any, what: str) -> int:
     if _is_bool(value):
-        raise ValueError(message(owner, name, what, value))
+        raise NumberKindError(message(owner, name, what, value))
     if isinstance(value, (numbers.Integral, np.integer)):
         return int(value)
     if isinstance(value, (numbers.Real, np.floating)):  # 2.5 or 4.0: a number, not a count
-        raise ValueError(message(owner, name, what, value))
+        raise NumberKindError(message(owner, name, what, value))
     raise TypeError(message(owner, name, what, value))
 
 
@@ -66,7 +82,8 @@ def positive_int(owner: str, name: str, value: Any, *, allow_none: bool = False)
 
     Raises:
         TypeError: not a number (e.g. a string).
-        ValueError: a bool, a non-integral number, or an int < 1.
+        NumberKindError: a bool or a float.
+        ValueError: an int < 1.
 
     Example:
         >>> positive_int("f()", "num_features", np.int64(8))
@@ -86,7 +103,8 @@ def nonnegative_int(owner: str, name: str, value: Any, *, allow_none: bool = Fal
 
     Raises:
         TypeError: not a number.
-        ValueError: a bool, a non-integral number, or a negative int.
+        NumberKindError: a bool or a float.
+        ValueError: a negative int.
 
     Example:
         >>> nonnegative_int("f()", "pinv_iterations", 0)
@@ -124,7 +142,8 @@ def number(
 
     Raises:
         TypeError: not a real number (a string, a list, an array with dimensions).
-        ValueError: a bool, NaN, infinite, or outside the interval.
+        NumberKindError: a bool.
+        ValueError: NaN, infinite, or outside the interval.
 
     Example:
         >>> number("config", "model.dropout_rate", np.float32(0.5), low=0.0, high=1.0,
@@ -142,7 +161,7 @@ def number(
         if allow_none:
             what += " or None"
     if _is_bool(value):
-        raise ValueError(message(owner, name, what, value))
+        raise NumberKindError(message(owner, name, what, value))
     if isinstance(value, (numbers.Real, np.integer, np.floating)):
         result = float(value)
     elif np.ndim(value) == 0 and np.issubdtype(getattr(value, "dtype", object), np.number) and \

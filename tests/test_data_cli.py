@@ -60,9 +60,9 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path, capsys) -> None:
         (["info", "listops", "--data-dir", str(tmp_path), "--option", "maxlen"],
          "--option must look like KEY=VALUE"),
         (["info", "listops", "--data-dir", str(tmp_path / "none")], "basic_train.tsv"),
-        (["listops", "--out", str(tmp_path / "lo"), "--train", "0"], "num_train must be >= 1"),
+        (["listops", "--out", str(tmp_path / "lo"), "--train", "0"], "`num_train` must be a positive int; got 0"),
         (["pathfinder", "--out", str(tmp_path / "pf"), "--difficulty", "hard"],
-         "unknown difficulty 'hard'"),
+         "`--difficulty` must be one of"),
     ):
         assert entry_point.main(["data", *argv]) == 2
         err = capsys.readouterr().err

@@ -164,7 +164,8 @@ def make_steps(
         :class:`Steps`.
 
     Example:
-        >>> # see spectral_jax.train.loop.train_and_evaluate
+        :func:`spectral_jax.train.run.setup_run` builds a run's steps with it; the loop then
+        calls ``state, metrics = steps.train(rng_state, state, batch)``.
     """
     base_key = jax.random.fold_in(jax.random.key(seed), 1)
 
