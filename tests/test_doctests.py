@@ -10,12 +10,22 @@ import doctest
 import importlib
 import pkgutil
 
+import jax
 import pytest
 
 import spectral_jax
 
 PACKAGES = ("spectral_jax.attention", "spectral_jax.nn", "spectral_jax.data")
 EXTRA = ("spectral_jax._checks", "spectral_jax.cli")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fast_compiles():
+    # Tiny examples: XLA's optimisation passes cost more than they save (about a quarter of
+    # this file's CPU time), and the printed values are the same.
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", False)
 
 
 def _modules() -> list[str]:
