@@ -112,7 +112,7 @@ def check_fields(values: Mapping[str, Any], *, owner: str = "TransformerConfig",
         >>> check_fields({"positional": "rotary"}, owner="config", prefix="model.")
         Traceback (most recent call last):
         ...
-        ValueError: config: `model.positional` must be one of ('sinusoidal', 'learned'); got 'rotary'.
+        ValueError: config: `model.positional` must be one of ('sinusoidal', 'learned'); got ...
     """
     for name, allowed in _CHOICES.items():
         if name in values:

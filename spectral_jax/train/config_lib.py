@@ -211,7 +211,7 @@ def build_config(
 
 
 def model_defaults() -> dict[str, Any]:
-    """The ``model`` section's fields and defaults: those of :class:`spectral_jax.nn.TransformerConfig`.
+    """The ``model`` section's fields and defaults: those of ``nn.TransformerConfig``.
 
     Sizes the data gives (``vocab_size``, ``num_classes``, ``max_length``) default to None
     (take the task's); dtypes are names.
