@@ -137,5 +137,5 @@ def test_optimizer_is_decoupled_adamw_with_clipping():
     expected = -lr * (np.sign([30.0, 40.0]) + wd * np.array([1.0, -2.0]))
     np.testing.assert_allclose(updates["w"], expected, rtol=1e-5)
     cfg.train.grad_clip_norm = -1.0
-    with pytest.raises(ValueError, match=r"train.grad_clip_norm=-1.0 must be > 0 or None"):
+    with pytest.raises(ValueError, match=r"`train.grad_clip_norm` must be a finite number > 0 or None; got -1.0"):
         optim.make_optimizer(cfg)

@@ -141,3 +141,17 @@ def test_load_task_rejects_unknown_option_and_task(tmp_path) -> None:
         data.load_task("lisops", tmp_path)
     assert data.task_options("pathx")["resolution"] == 128
     assert data.task_options("text") == {"max_length": 4000, "val_fraction": 0.1, "seed": 0}
+
+
+def test_registry_titles_and_generation_hook(tmp_path) -> None:
+    assert data.TASKS == tuple(data.TITLES) and data.TITLES["pathx"] == "Path-X"
+    assert data.get_task_spec("listops").generate is data.listops.generate
+    with pytest.raises(ValueError, match=r"data.generate is set but task 'text' has no "
+                                         r"generator \(tasks with one: listops\)"):
+        data.prepare_data("text", tmp_path, {"num_train": 4}, label="data.generate")
+    assert data.prepare_data("text", tmp_path, None) is False
+    # Files that were not generated here (a downloaded release) are used as they are.
+    (tmp_path / "basic_train.tsv").write_text("Source\tTarget\n")
+    lines: list[str] = []
+    assert data.prepare_data("listops", tmp_path, {"num_train": 4}, log=lines.append) is False
+    assert lines == [f"Using the ListOps files already in {tmp_path}; settings is not used."]

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from spectral_jax import cli as entry_point
 from spectral_jax.data import cli, listops
 
 
@@ -59,12 +60,11 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path, capsys) -> None:
         (["info", "listops", "--data-dir", str(tmp_path), "--option", "maxlen"],
          "--option must look like KEY=VALUE"),
         (["info", "listops", "--data-dir", str(tmp_path / "none")], "basic_train.tsv"),
-        (["listops", "--out", str(tmp_path / "lo"), "--train", "0"], "num_train must be >= 1"),
+        (["listops", "--out", str(tmp_path / "lo"), "--train", "0"], "`num_train` must be a positive int; got 0"),
         (["pathfinder", "--out", str(tmp_path / "pf"), "--difficulty", "hard"],
-         "unknown difficulty 'hard'"),
+         "`--difficulty` must be one of"),
     ):
-        args = _parser().parse_args(["data", *argv])
-        assert args.func(args) == 2
+        assert entry_point.main(["data", *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"spectral-jax data {argv[0]}: error: ") and message in err
         assert "Traceback" not in err and err.count("\n") == 1

@@ -159,9 +159,9 @@ def test_reader_wrong_image_size(tmp_path) -> None:
 
 
 def test_unknown_difficulty_and_missing_folder(tmp_path) -> None:
-    with pytest.raises(ValueError, match="unknown difficulty 'hard'.*curv_contour_length_14"):
+    with pytest.raises(ValueError, match="`difficulty` must be one of .*curv_contour_length_14.*; got 'hard'"):
         data.load_task("pathfinder", tmp_path, difficulty="hard")
-    with pytest.raises(ValueError, match="unknown difficulty"):
+    with pytest.raises(ValueError, match="`difficulty` must be one of"):
         pathfinder.generate(tmp_path, difficulty="curv_contour_length_10", num_images=2, seed=0)
     with pytest.raises(FileNotFoundError, match="spectral-jax data pathfinder --out .* "
                                                 "--resolution 128"):

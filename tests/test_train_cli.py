@@ -9,6 +9,7 @@ from pathlib import Path
 import jax
 import pytest
 
+from spectral_jax import cli as entry_point
 from spectral_jax.train import cli
 from spectral_jax.train.table import markdown_table
 
@@ -53,12 +54,13 @@ def test_missing_config_file():
 
 
 def test_train_exit_code_and_message_for_config_errors(tmp_path, capsys):
-    args = parse(["train", "--config", f"{LISTOPS}:quick", "--workdir", str(tmp_path / "w"),
-                  "--config.train.batch_size=12"])
-    assert args.func(args) == 2
+    # Reported by the entry point, the same way for every subcommand.
+    assert entry_point.main(["train", "--config", f"{LISTOPS}:quick", "--workdir",
+                             str(tmp_path / "w"), "--config.train.batch_size=12"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: train.batch_size=12 must be a positive multiple of the "
-                          f"device count {jax.device_count()}")
+    assert err.startswith("spectral-jax train: error: config: `train.batch_size` must be a "
+                          f"positive multiple of the device count {jax.device_count()}")
+    assert err.count("\n") == 1
 
 
 def test_train_eval_roundtrip(tmp_path, capsys):
@@ -124,6 +126,5 @@ def test_table_command_reads_runs(tmp_path, capsys):
     args = parse(["table", str(run)])
     assert args.func(args) == 0
     assert "| performer (lra) | 42.00 | 42.00 |" in capsys.readouterr().out
-    args = parse(["table", str(tmp_path / "missing")])
-    assert args.func(args) == 2
+    assert entry_point.main(["table", str(tmp_path / "missing")]) == 2
     assert "has no results.json" in capsys.readouterr().err

@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spectral_jax import _checks
+
 Array = jax.Array
 
 # Keywords that Flax's ``attention_fn`` callers pass; the approximate methods have no
@@ -112,31 +114,25 @@ def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:
 
 
 def check_bool(method: str, name: str, value: Any) -> None:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{method}(): `{name}` must be a bool; got {value!r}.")
+    _checks.boolean(f"{method}()", name, value)
 
 
 def check_positive_int(method: str, name: str, value: Any, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        allowed = "a positive int" + (" or None" if allow_none else "")
-        raise ValueError(f"{method}(): `{name}` must be {allowed}; got {value!r}.")
+    _checks.positive_int(f"{method}()", name, value, allow_none=allow_none)
+
+
+def check_nonnegative_int(method: str, name: str, value: Any, *, allow_none: bool = False) -> None:
+    _checks.nonnegative_int(f"{method}()", name, value, allow_none=allow_none)
 
 
 def check_nonnegative_float(method: str, name: str, value: Any) -> float:
     """A finite real number >= 0, as a Python float.
 
     NumPy and 0-d JAX scalars are accepted (configs loaded from files give them); bools,
-    arrays, NaN and inf are not, as they would only surface later as NaN outputs.
+    NaN and inf are not (ValueError), nor are strings or arrays with dimensions (TypeError), as
+    they would only surface later as NaN outputs.
     """
-    try:
-        number = float(value) if not isinstance(value, bool) and np.ndim(value) == 0 else None
-    except (TypeError, ValueError):
-        number = None
-    if number is None or not math.isfinite(number) or number < 0:
-        raise ValueError(f"{method}(): `{name}` must be a finite float >= 0; got {value!r}.")
-    return number
+    return _checks.number(f"{method}()", name, value, low=0.0, what="a finite float >= 0")
 
 
 def check_single_key(method: str, name: str, value: Any) -> None:
@@ -153,8 +149,7 @@ def check_single_key(method: str, name: str, value: Any) -> None:
 
 
 def check_choice(method: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{method}(): `{name}` must be one of {allowed}; got {value!r}.")
+    _checks.choice(f"{method}()", name, value, allowed)
 
 
 def reject_bias(method: str, bias: Array | None) -> None:

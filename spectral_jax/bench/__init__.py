@@ -7,23 +7,20 @@ on synthetic regimes or on q/k/v captured from a trained model. The ``spectral-j
 command (:mod:`spectral_jax.bench.cli`) drives both and writes JSON and PNG files.
 """
 
-from spectral_jax.bench.error import (
-    QKV,
-    implicit_matrix,
-    relative_matrix_errors,
-    relative_output_error,
-    run_error,
-    summarize,
-)
-from spectral_jax.bench.inputs import REGIMES, make_inputs, random_walk_tokens
-from spectral_jax.bench.methods import BUDGET_PARAMS, bind, has_budget, make_state
-from spectral_jax.bench.speed import (
-    add_ratios,
-    benchmark_function,
-    default_memory_budget_bytes,
-    peak_bytes,
-    run_speed,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> module; imported on first use so that `spectral-jax --help` does not load JAX.
+_EXPORTS = {
+    **dict.fromkeys(("QKV", "implicit_matrix", "relative_matrix_errors",
+                     "relative_output_error", "run_error", "summarize"), "error"),
+    **dict.fromkeys(("REGIMES", "make_inputs", "random_walk_tokens"), "inputs"),
+    **dict.fromkeys(("BUDGET_PARAMS", "bind", "has_budget", "make_state"), "methods"),
+    **dict.fromkeys(("add_ratios", "benchmark_function", "default_memory_budget_bytes",
+                     "peak_bytes", "run_speed"), "speed"),
+}
 
 __all__ = [
     "BUDGET_PARAMS",
@@ -45,3 +42,13 @@ __all__ = [
     "run_speed",
     "summarize",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"spectral_jax.bench.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'spectral_jax.bench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

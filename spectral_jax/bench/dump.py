@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
 from collections.abc import Callable
 
 import jax
 import numpy as np
 from flax import nnx
+
+from spectral_jax import _checks
 
 Array = jax.Array
 
@@ -53,13 +53,22 @@ def capture_qkv(
       ValueError: ``layer`` out of range (the message gives the number of layers).
 
     Example:
-      >>> # see tests/test_bench_dump.py
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from spectral_jax.nn import SequenceClassifier, TransformerConfig
+      >>> cfg = TransformerConfig(vocab_size=8, num_classes=2, max_length=6, qkv_dim=8,
+      ...                         embed_dim=8, mlp_dim=8)
+      >>> model = SequenceClassifier(cfg, rngs=nnx.Rngs(0))
+      >>> qkv = capture_qkv(model, 1, jnp.ones((2, 6), jnp.int32), jnp.ones((2, 6), bool))
+      >>> qkv["query"].shape, qkv["mask"].shape
+      ((2, 6, 2, 4), (2, 6))
     """
     from spectral_jax.nn import MultiHeadAttention
 
     layers = [m for _, m in nnx.iter_graph(model) if isinstance(m, MultiHeadAttention)]
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(layers):
-        raise ValueError(f"`layer` must be an int in [0, {len(layers)}); got {layer!r}.")
+    if _checks.nonnegative_int("capture_qkv", "layer", layer) >= len(layers):
+        raise ValueError(_checks.message("capture_qkv", "layer", f"an int in [0, {len(layers)})",
+                                         layer))
     mha = layers[layer]
     calls: dict[str, list[Array]] = {"query": [], "key": [], "value": []}
     names = [n for n in ("query", "key", "value") if getattr(mha, n) is not None]
@@ -111,49 +120,17 @@ def dump_qkv(
       ValueError: bad ``split``, ``checkpoint``, ``layer`` or ``num_examples``.
 
     Example:
-      >>> # spectral-jax bench dump-qkv --workdir runs/listops_quick --out qkv.npz
+      ``spectral-jax bench dump-qkv --workdir runs/listops_quick --out qkv.npz`` calls
+      ``dump_qkv("runs/listops_quick", "qkv.npz")``; tests/test_bench_dump.py runs it.
     """
-    import ml_collections
-
     from spectral_jax import data
-    from spectral_jax.train import checkpoint as checkpoint_lib
-    from spectral_jax.train import distributed, loop
-    from spectral_jax.train import steps as steps_lib
+    from spectral_jax.train import run as run_lib
 
-    if split not in ("train", "validation", "test"):
-        raise ValueError(f"`split` must be train, validation or test; got {split!r}.")
-    if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 1:
-        raise ValueError(f"`num_examples` must be a positive int; got {num_examples!r}.")
-    path = os.path.join(workdir, loop.CONFIG_FILE)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no run in workdir={workdir!r} ({loop.CONFIG_FILE} is missing)")
-    with open(path) as f:
-        config = ml_collections.ConfigDict(json.load(f))
-    loop.validate_config(config)
-    task = loop._load_task(config, True)  # noqa: SLF001  (no public loader yet)
-    model_cfg = steps_lib.model_config(config, task)
-    mesh = distributed.make_mesh()
-    with jax.set_mesh(mesh):
-        setup = loop.setup_run(config, model_cfg, task.dual, mesh)
-        ckpt = checkpoint_lib.Checkpointer(
-            os.path.join(workdir, loop.CHECKPOINT_DIR), keep=config.train.keep_checkpoints
-        )
-        try:
-            step = ckpt.latest_step()
-            if step is None:
-                raise FileNotFoundError(f"no checkpoint in {workdir!r}")
-            if checkpoint not in ("best", "latest"):
-                try:
-                    step = int(checkpoint)
-                except ValueError:
-                    raise ValueError(f"`checkpoint` must be 'best', 'latest' or a step number; "
-                                     f"got {checkpoint!r}.") from None
-            state, meta = ckpt.restore(step, setup.state)
-            if checkpoint == "best" and int(meta["best_step"]) != step:
-                state, _ = ckpt.restore(int(meta["best_step"]), setup.state)
-        finally:
-            ckpt.close()
-        model = nnx.merge(setup.graphdef, setup.rng_state, state)[0]
+    _checks.choice("dump_qkv", "split", split, data.SPLIT_NAMES)
+    _checks.positive_int("dump_qkv", "num_examples", num_examples)
+    run, state, _ = run_lib.restore_for_evaluation(workdir, checkpoint)
+    model = nnx.merge(run.setup.graphdef, run.setup.rng_state, state)[0]
+    task = run.task
     batch = next(iter(data.iterate_batches(task.splits[split], num_examples, shuffle=False)))
     arrays = capture_qkv(model, layer, np.asarray(batch["inputs"]), np.asarray(batch["mask"]))
     out_path = pathlib.Path(out)

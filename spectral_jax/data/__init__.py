@@ -2,27 +2,40 @@
 
 One module per task (`listops`, `text`, `retrieval`, `image`, `pathfinder`), all
 returning a `Task` of fixed-shape `Split`s; `load_task` dispatches by name and
-`iterate_batches` yields fixed-shape, resumable batches.
+`iterate_batches` yields fixed-shape, resumable batches. The registry (`TASKS`,
+`get_task_spec`) names each task, its title and its optional generator (`prepare_data`).
 """
 
 from __future__ import annotations
 
 from spectral_jax.data import image, listops, pathfinder, retrieval, text
 from spectral_jax.data.batching import iterate_batches
-from spectral_jax.data.registry import TASKS, load_task, task_options
+from spectral_jax.data.registry import (
+    TASKS,
+    TITLES,
+    TaskSpec,
+    get_task_spec,
+    load_task,
+    prepare_data,
+    task_options,
+)
 from spectral_jax.data.task import SPLIT_NAMES, Split, Task, majority_baseline
 
 __all__ = [
     "SPLIT_NAMES",
     "TASKS",
+    "TITLES",
+    "TaskSpec",
     "Split",
     "Task",
+    "get_task_spec",
     "image",
     "iterate_batches",
     "listops",
     "load_task",
     "majority_baseline",
     "pathfinder",
+    "prepare_data",
     "retrieval",
     "task_options",
     "text",

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from spectral_jax import _checks
 from spectral_jax.data.task import Split
 
 
@@ -13,14 +14,6 @@ def _epoch_order(n: int, epoch: int, shuffle: bool, seed: int) -> np.ndarray:
     if not shuffle:
         return np.arange(n)
     return np.random.default_rng((seed, epoch)).permutation(n)
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"iterate_batches: {name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"iterate_batches: {name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def iterate_batches(
@@ -76,8 +69,8 @@ def iterate_batches(
         >>> [b["weight"].tolist() for b in iterate_batches(s, 2, shuffle=False)]
         [[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]]
     """
-    batch_size = _check_int("batch_size", batch_size, 1)
-    start_step = _check_int("start_step", start_step, 0)
+    batch_size = _checks.positive_int("iterate_batches", "batch_size", batch_size)
+    start_step = _checks.nonnegative_int("iterate_batches", "start_step", start_step)
     n = len(split)
     if repeat:
         if n == 0:

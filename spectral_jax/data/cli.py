@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import sys
-from collections.abc import Callable
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     lo.add_argument("--max-length", type=int, default=2000, help="exclusive upper token bound")
     lo.add_argument("--max-depth", type=int, default=10)
     lo.add_argument("--max-args", type=int, default=10)
-    lo.set_defaults(func=_guard(_listops))
+    lo.set_defaults(func=_listops)
 
     pf = sub.add_parser("pathfinder", help="generate Pathfinder PNGs + metadata")
     pf.add_argument("--out", required=True, help="root folder; writes pathfinder<R>/<difficulty>/")
@@ -41,28 +38,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     pf.add_argument("--difficulty", default="curv_contour_length_14")
     pf.add_argument("--num-images", type=int, default=20000)
     pf.add_argument("--seed", type=int, default=0)
-    pf.set_defaults(func=_guard(_pathfinder))
+    pf.set_defaults(func=_pathfinder)
 
     info = sub.add_parser("info", help="print a task's sizes, vocab and label balance")
     info.add_argument("task", help="listops, text, retrieval, image, pathfinder or pathx")
     info.add_argument("--data-dir", required=True)
     info.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                       help="task option, e.g. max_length=1000 (value parsed as JSON if it can be)")
-    info.set_defaults(func=_guard(_info))
-
-
-def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """User errors (bad option, missing folder) print one line and exit 2, like `train`."""
-
-    @functools.wraps(fn)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except (ValueError, TypeError, FileNotFoundError, NotADirectoryError) as err:
-            print(f"spectral-jax data {args.data_command}: error: {err}", file=sys.stderr)
-            return 2
-
-    return run
+    info.set_defaults(func=_info)
 
 
 def _listops(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from PIL import Image, UnidentifiedImageError
 
 from spectral_jax.data._snakes import SnakeParams, draw
 from spectral_jax.data.task import Split, Task
+from spectral_jax import _checks
 from spectral_jax.data.tokens import check_positive_int
 
 VOCAB_SIZE = 256
@@ -27,11 +28,7 @@ _SPLIT_FRACTIONS = (0.8, 0.1)  # LRA: [:80%], [80%:90%], [90%:].
 
 
 def _check_difficulty(difficulty: object) -> str:
-    if difficulty not in DIFFICULTIES:
-        raise ValueError(
-            f"pathfinder: unknown difficulty {difficulty!r}; allowed: {', '.join(DIFFICULTIES)}"
-        )
-    return str(difficulty)
+    return str(_checks.choice("pathfinder", "difficulty", difficulty, DIFFICULTIES))
 
 
 def _find_dir(data_dir: Path, resolution: int, difficulty: str) -> Path:

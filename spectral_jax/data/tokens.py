@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spectral_jax import _checks
+
 BYTE_VOCAB_SIZE = 257  # UTF-8 byte b -> id b + 1; 0 is padding (LRA's ByteTextEncoder).
 
 
@@ -50,18 +52,14 @@ def pack(sequences: Sequence[np.ndarray], max_length: int) -> tuple[np.ndarray, 
 
 
 def check_positive_int(owner: str, name: str, value: object) -> int:
-    """Returns `value` as int, or raises naming `owner` and `name`.
+    """Returns `value` as int, or raises naming `owner` and `name` (see `spectral_jax._checks`).
 
     Raises:
-        TypeError: if `value` is not an int (bools are rejected).
+        TypeError: if `value` is not an int (a bool or a float also counts as a ValueError).
         ValueError: if `value` < 1.
 
     Example:
         >>> check_positive_int("text", "max_length", 4000)
         4000
     """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{owner}: {name} must be an int, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{owner}: {name} must be >= 1, got {value}")
-    return int(value)
+    return _checks.positive_int(owner, name, value)

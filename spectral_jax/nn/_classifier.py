@@ -11,10 +11,6 @@ from spectral_jax.nn._encoder import TransformerEncoder
 
 Array = jax.Array
 
-_POOLING = ("cls", "mean")
-_INTERACTION = ("concat", "nli")
-
-
 def masked_mean(x: Array, mask: Array) -> Array:
     """Mean of ``x`` over the valid positions of each sequence.
 
@@ -44,12 +40,7 @@ def masked_mean(x: Array, mask: Array) -> Array:
 def _check_config(config: TransformerConfig) -> None:
     if not isinstance(config, TransformerConfig):
         raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}.")
-    if config.pooling not in _POOLING:
-        raise ValueError(f"config.pooling must be one of {list(_POOLING)}, got {config.pooling!r}.")
-    if config.interaction not in _INTERACTION:
-        raise ValueError(
-            f"config.interaction must be one of {list(_INTERACTION)}, got {config.interaction!r}."
-        )
+    # Its choices (pooling, interaction, ...) were checked when it was constructed.
 
 
 def _pool(config: TransformerConfig, x: Array, mask: Array) -> Array:

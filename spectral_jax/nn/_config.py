@@ -1,18 +1,35 @@
-"""The frozen model configuration shared by the NNX and Linen models and the trainer."""
+"""The frozen model configuration shared by the NNX and Linen models and the trainer.
+
+:class:`TransformerConfig` is the one schema of the LRA model: its fields and defaults are the
+training config's ``model`` section (``spectral_jax.train.config_lib`` derives it from them),
+and the choices and ranges below are checked once, here, for every caller.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import jax.numpy as jnp
+
+from spectral_jax import _checks
+
+POOLINGS = ("cls", "mean")
+POSITIONALS = ("sinusoidal", "learned")
+INTERACTIONS = ("concat", "nli")
+
+_CHOICES = {"pooling": POOLINGS, "positional": POSITIONALS, "interaction": INTERACTIONS}
+_POSITIVE_INTS = ("vocab_size", "num_classes", "max_length", "num_layers", "embed_dim",
+                  "num_heads", "qkv_dim", "mlp_dim")
+_RATES = ("dropout_rate", "attention_dropout_rate")
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
     """Everything that defines an LRA Transformer classifier.
 
-    Frozen and hashable, so equal configs never cause a recompile.
+    Frozen and hashable, so equal configs never cause a recompile. Checked on construction.
 
     Attributes:
         vocab_size: number of token ids; id 0 is padding.
@@ -23,19 +40,35 @@ class TransformerConfig:
         num_heads: attention heads; must divide ``qkv_dim``.
         qkv_dim: total query/key/value features over all heads (head_dim = qkv_dim / num_heads).
         mlp_dim: hidden width of the block MLP and of the classifier head.
-        dropout_rate: dropout after embeddings, attention output and MLP.
-        attention_dropout_rate: dropout on attention weights (exact softmax only).
+        dropout_rate: dropout after embeddings, attention output and MLP, in [0, 1).
+        attention_dropout_rate: dropout on attention weights (exact softmax only), in [0, 1).
         attention: registry name, see ``spectral_jax.attention.available_attentions()``.
         attention_kwargs: method parameters as a tuple of (name, value) pairs (hashable), e.g.
           ``(("num_landmarks", 64),)``.
         pooling: ``"cls"`` (prepend a learned CLS token, take its output) or ``"mean"`` (mean
-          over valid tokens only).
-        positional: ``"sinusoidal"`` (fixed) or ``"learned"``.
+          over valid tokens only); :data:`POOLINGS`.
+        positional: ``"sinusoidal"`` (fixed) or ``"learned"``; :data:`POSITIONALS`.
+        interaction: dual encoder only: ``"concat"`` ([u, v]) or ``"nli"`` ([u, v, u*v, u-v]);
+          :data:`INTERACTIONS`.
         use_bias: biases on the query/key/value/output projections (LRA's JAX code: False;
           the Nyströmformer/Skyformer PyTorch code: True).
-        interaction: dual encoder only: ``"concat"`` ([u, v]) or ``"nli"`` ([u, v, u*v, u-v]).
         dtype: computation dtype (e.g. bfloat16); logits' log-softmax stays float32.
         param_dtype: parameter dtype.
+
+    Raises:
+        ValueError: an unknown ``pooling``, ``positional`` or ``interaction``; a size below 1;
+          a dropout rate outside [0, 1). (TypeError for values of the wrong kind, e.g. a string
+          size; see :mod:`spectral_jax._checks`.) The attention name and its arguments are
+          checked by :class:`spectral_jax.nn.MultiHeadAttention`.
+
+    Example:
+        >>> cfg = TransformerConfig(vocab_size=10, num_classes=2, max_length=8, pooling="cls")
+        >>> cfg.num_layers, cfg.attention
+        (2, 'softmax')
+        >>> TransformerConfig(vocab_size=10, num_classes=2, max_length=8, pooling="max")
+        Traceback (most recent call last):
+        ...
+        ValueError: TransformerConfig: `pooling` must be one of ('cls', 'mean'); got 'max'.
     """
 
     vocab_size: int
@@ -57,6 +90,39 @@ class TransformerConfig:
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 
+    def __post_init__(self) -> None:
+        check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
     @property
     def attention_kwargs_dict(self) -> dict[str, Any]:
         return dict(self.attention_kwargs)
+
+
+def check_fields(values: Mapping[str, Any], *, owner: str = "TransformerConfig",
+                 prefix: str = "") -> None:
+    """Checks the :class:`TransformerConfig` fields present in ``values``.
+
+    The trainer checks a config file's ``model`` section with it before any data is loaded
+    (``owner="config", prefix="model."``); None stands for a size the data will give.
+
+    Raises:
+        ValueError, TypeError: as :class:`TransformerConfig`, naming ``prefix + field``.
+
+    Example:
+        >>> check_fields({"positional": "rotary"}, owner="config", prefix="model.")
+        Traceback (most recent call last):
+        ...
+        ValueError: config: `model.positional` must be one of ('sinusoidal', 'learned'); got ...
+    """
+    for name, allowed in _CHOICES.items():
+        if name in values:
+            _checks.choice(owner, prefix + name, values[name], allowed)
+    for name in _POSITIVE_INTS:
+        if values.get(name) is not None:
+            _checks.positive_int(owner, prefix + name, values[name])
+    for name in _RATES:
+        if name in values:
+            _checks.number(owner, prefix + name, values[name], low=0.0, high=1.0,
+                           high_open=True)
+    if "use_bias" in values:
+        _checks.boolean(owner, prefix + "use_bias", values["use_bias"])

@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from spectral_jax import _checks
+from spectral_jax.nn._config import POSITIONALS
 from spectral_jax.nn._rngs import stream
 
 Array = jax.Array
-
-_POSITIONAL = ("sinusoidal", "learned")
 
 
 def sinusoidal_positions(length: int, features: int) -> np.ndarray:
@@ -85,10 +85,8 @@ class TokenEmbedding(nnx.Module):
     ) -> None:
         for name, value in (("vocab_size", vocab_size), ("features", features),
                             ("max_length", max_length)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}.")
-        if positional not in _POSITIONAL:
-            raise ValueError(f"positional must be one of {list(_POSITIONAL)}, got {positional!r}.")
+            _checks.positive_int("TokenEmbedding", name, value)
+        _checks.choice("TokenEmbedding", "positional", positional, POSITIONALS)
         self.max_length = max_length
         self.positional = positional
         self.dtype = dtype

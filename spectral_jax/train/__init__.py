@@ -1,8 +1,9 @@
-"""LRA training: configs, the loop, checkpoints, metrics and the ``train``/``eval``/``table`` CLI.
+"""LRA training: configs, the run lifecycle, the loop, checkpoints and the train/eval/table CLI.
 
 ``train_and_evaluate(config, workdir)`` is the entry point, as in the Flax examples; configs
-come from ``configs/lra/*.py`` (see :mod:`spectral_jax.train.config_lib`). The loop's names are
-imported lazily so that ``spectral-jax --help`` does not load JAX, Flax and orbax.
+come from ``configs/lra/*.py`` (see :mod:`spectral_jax.train.config_lib`). A run is opened by
+``open_for_training`` or ``restore_for_evaluation`` (:mod:`spectral_jax.train.run`). The names
+are imported lazily so that ``spectral-jax --help`` does not load JAX, Flax and orbax.
 """
 
 from __future__ import annotations
@@ -10,10 +11,19 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["TrainingDiverged", "evaluate", "evaluate_checkpoint", "train_and_evaluate"]
+_EXPORTS = {
+    "TrainingDiverged": "loop",
+    "evaluate": "loop",
+    "evaluate_checkpoint": "loop",
+    "train_and_evaluate": "loop",
+    "Run": "run",
+    "open_for_training": "run",
+    "restore_for_evaluation": "run",
+}
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module("spectral_jax.train.loop"), name)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"spectral_jax.train.{_EXPORTS[name]}"), name)
     raise AttributeError(f"module 'spectral_jax.train' has no attribute {name!r}")

@@ -9,7 +9,8 @@
 ``--config FILE.py[:ARG]`` calls ``get_config(ARG)`` of the file; every ``--config.a.b=VALUE``
 then overrides one field (VALUE is a Python literal, else a string), as with
 ``ml_collections.config_flags`` but without absl. Errors in the config, the data directory or
-the workdir print one message and exit with status 2; a diverged run exits with status 1.
+the workdir print one message and exit with status 2; a diverged run exits with status 1
+(both reported by :func:`spectral_jax.cli.main`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,10 @@ import ast
 import importlib.util
 import json
 import os
-import sys
 from typing import Any
 
 import ml_collections
 from ml_collections.config_flags import config_path
-
-_USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotImplementedError, KeyError)
 
 
 def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDict:
@@ -147,17 +145,10 @@ def _train(args: argparse.Namespace) -> int:
     from spectral_jax.train import distributed
 
     distributed.maybe_initialize(args.distributed or None)
-    from spectral_jax.train.loop import TrainingDiverged, train_and_evaluate
+    from spectral_jax.train.loop import train_and_evaluate
 
-    try:
-        config = load_config(args.config, args.config_overrides)
-        train_and_evaluate(config, args.workdir, overwrite=args.overwrite)
-    except TrainingDiverged as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except _USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    config = load_config(args.config, args.config_overrides)
+    train_and_evaluate(config, args.workdir, overwrite=args.overwrite)
     return 0
 
 
@@ -167,11 +158,7 @@ def _eval(args: argparse.Namespace) -> int:
     distributed.maybe_initialize(args.distributed or None)
     from spectral_jax.train.loop import evaluate_checkpoint
 
-    try:
-        result = evaluate_checkpoint(args.workdir, checkpoint=args.checkpoint, split=args.split)
-    except _USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    result = evaluate_checkpoint(args.workdir, checkpoint=args.checkpoint, split=args.split)
     print(f"{args.split} accuracy {result['accuracy']:.4f} (checkpoint step {result['step']}, "
           f"{result['count']} examples); majority-class baseline {result['majority_baseline']:.4f}")
     print(json.dumps(result))
@@ -181,9 +168,5 @@ def _eval(args: argparse.Namespace) -> int:
 def _table(args: argparse.Namespace) -> int:
     from spectral_jax.train.table import load_results, markdown_table
 
-    try:
-        print(markdown_table(load_results(args.runs)), end="")
-    except _USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    print(markdown_table(load_results(args.runs)), end="")
     return 0

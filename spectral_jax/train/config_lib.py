@@ -9,14 +9,18 @@ config schema. The style follows big_vision's ``configs/common.py`` and the Flax
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import Any
 
 import ml_collections
 
-TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+from spectral_jax import _checks
+from spectral_jax.data.registry import TASKS, task_options
+
 PROTOCOLS = ("lra", "small", "quick")
-SCHEDULES = ("rsqrt", "cosine", "linear", "constant")
+# Model fields a config does not carry: the method is set by build_config, and parameters stay
+# float32 (adding the field would change the config.json of every saved run).
+_NOT_CONFIG_FIELDS = ("attention", "attention_kwargs", "param_dtype")
 
 # The "small" protocol's model and optimizer are the same for every task (the Nystromformer /
 # Skyformer comparison setup); task configs add vocab_size and max_length.
@@ -168,10 +172,8 @@ def build_config(
         >>> cfg.train.optimizer.b2
         0.999
     """
-    if task not in TASKS:
-        raise ValueError(f"task={task!r} is unknown; known tasks: {list(TASKS)}")
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol={protocol!r} is unknown; known protocols: {list(PROTOCOLS)}")
+    _checks.choice("config", "task", task, TASKS)
+    _checks.choice("config", "protocol", protocol, PROTOCOLS)
     kwargs = attention_kwargs(attention, model.get("max_length"))
     kwargs.update(attention_overrides or {})
 
@@ -179,22 +181,18 @@ def build_config(
     cfg.task = task
     cfg.protocol = protocol
     cfg.seed = seed
-    from spectral_jax.data.registry import TASKS as DATA_TASKS
-    from spectral_jax.data.registry import task_options
-
     # Every reader option is present (at its default), so each can be set from the command
     # line (ml_collections refuses fields that do not exist).
-    options = {**(task_options(task) if task in DATA_TASKS else {}), **data.get("options", {})}
+    options = {**task_options(task), **data.get("options", {})}
     cfg.data = ml_collections.ConfigDict(
         {"dir": data["dir"], "options": options, "generate": data.get("generate")}
     )
-    model_defaults = {
-        "vocab_size": None, "num_classes": None, "max_length": None, "num_layers": 2,
-        "embed_dim": 64, "num_heads": 2, "qkv_dim": 64, "mlp_dim": 128, "dropout_rate": 0.1,
-        "attention_dropout_rate": 0.0, "pooling": "mean", "positional": "sinusoidal",
-        "interaction": "concat", "dtype": "float32", "use_bias": True,
-    }
-    cfg.model = ml_collections.ConfigDict({**model_defaults, **model})
+    defaults = model_defaults()
+    unknown = sorted(set(model) - set(defaults))
+    if unknown:
+        raise ValueError(f"build_config: model has {unknown}, which are not TransformerConfig "
+                         f"fields (allowed: {sorted(defaults)})")
+    cfg.model = ml_collections.ConfigDict({**defaults, **model})
     cfg.model.attention = attention
     cfg.model.attention_kwargs = ml_collections.ConfigDict(kwargs)
     train_defaults = {
@@ -212,6 +210,32 @@ def build_config(
     return cfg
 
 
+def model_defaults() -> dict[str, Any]:
+    """The ``model`` section's fields and defaults: those of ``nn.TransformerConfig``.
+
+    Sizes the data gives (``vocab_size``, ``num_classes``, ``max_length``) default to None
+    (take the task's); dtypes are names.
+
+    Example:
+        >>> model_defaults()["pooling"], model_defaults()["vocab_size"], model_defaults()["dtype"]
+        ('mean', None, 'float32')
+    """
+    import numpy as np
+
+    from spectral_jax.nn._config import TransformerConfig
+
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(TransformerConfig):
+        if field.name in _NOT_CONFIG_FIELDS:
+            continue
+        default = None if field.default is dataclasses.MISSING else field.default
+        out[field.name] = np.dtype(default).name if field.name == "dtype" else default
+    return out
+
+
+_OWNER = "config"
+
+
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Checks a training config's names and numbers before anything is loaded or compiled.
 
@@ -221,43 +245,35 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
         ValueError: unknown task, protocol, attention method, schedule, pooling or positional
           encoding; a non-positive step count, batch size or interval; missing sections.
+        TypeError: a value of the wrong kind (a string step count); see
+          :mod:`spectral_jax._checks` for the rule.
 
     Example:
         >>> validate_config(build_config(task="listops", protocol="quick", attention="softmax",
         ...     seed=0, data={"dir": "d"}, model={}, train={}))
     """
     from spectral_jax import attention as attention_lib
+    from spectral_jax.nn._attention import allowed_attention_kwargs
+    from spectral_jax.nn._config import check_fields
+    from spectral_jax.train.optim import SCHEDULES
 
     for section in ("data", "model", "train"):
         if section not in config:
             raise ValueError(f"config has no {section!r} section; build it with build_config()")
-    _check_choice("task", config.task, TASKS)
-    _check_choice("protocol", config.protocol, PROTOCOLS)
-    _check_choice("model.attention", config.model.attention,
-                  tuple(attention_lib.available_attentions()))
-    _check_choice("model.pooling", config.model.pooling, ("cls", "mean"))
-    _check_choice("model.positional", config.model.positional, ("sinusoidal", "learned"))
-    _check_choice("model.interaction", config.model.interaction, ("concat", "nli"))
-    _check_choice("train.schedule.name", config.train.schedule.name, SCHEDULES)
+    _checks.choice(_OWNER, "task", config.task, TASKS)
+    _checks.choice(_OWNER, "protocol", config.protocol, PROTOCOLS)
+    _checks.choice(_OWNER, "model.attention", config.model.attention,
+                   attention_lib.available_attentions())
+    _checks.choice(_OWNER, "train.schedule.name", config.train.schedule.name, SCHEDULES)
     train = config.train
     for name in ("steps", "batch_size", "eval_every", "log_every", "keep_checkpoints"):
-        _check_positive_int(f"train.{name}", train[name])
-    if train.eval_batch_size is not None:
-        _check_positive_int("train.eval_batch_size", train.eval_batch_size)
-    if not isinstance(train.eval_steps, int) or (train.eval_steps < 1 and train.eval_steps != -1):
-        raise ValueError(
-            f"train.eval_steps={train.eval_steps!r} must be a positive int or -1 (all)"
-        )
-    if not isinstance(config.seed, int):
-        raise ValueError(f"seed={config.seed!r} must be an int")
-    if not isinstance(train.redraw_features_every, int) or train.redraw_features_every < 0:
-        raise ValueError(
-            f"train.redraw_features_every={train.redraw_features_every!r} must be an int >= 0 "
-            "(0: never redraw Performer features)"
-        )
+        _checks.positive_int(_OWNER, f"train.{name}", train[name])
+    _checks.positive_int(_OWNER, "train.eval_batch_size", train.eval_batch_size, allow_none=True)
+    if train.eval_steps != -1:
+        _checks.positive_int(_OWNER, "train.eval_steps", train.eval_steps)
+    _checks.nonnegative_int(_OWNER, "seed", config.seed)
+    _checks.nonnegative_int(_OWNER, "train.redraw_features_every", train.redraw_features_every)
     model = config.model
-    from spectral_jax.nn._attention import allowed_attention_kwargs
-
     allowed = allowed_attention_kwargs(model.attention)
     unknown = sorted(set(model.attention_kwargs.to_dict()) - allowed)
     if unknown:
@@ -267,40 +283,15 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config argument, e.g. configs/lra/{config.task}.py:attention={model.attention}, "
             "which brings that method's own attention_kwargs"
         )
-    for name in ("num_layers", "embed_dim", "num_heads", "qkv_dim", "mlp_dim"):
-        _check_positive_int(f"model.{name}", model[name])
-    for name in ("dropout_rate", "attention_dropout_rate"):
-        _check_unit_interval(f"model.{name}", model[name])
+    check_fields(model.to_dict(), owner=_OWNER, prefix="model.")
     opt = train.optimizer
     for name in ("b1", "b2"):
-        _check_unit_interval(f"train.optimizer.{name}", opt[name])
-    _check_number("train.optimizer.eps", opt.eps, low=0.0, strict=True)
-    _check_number("train.optimizer.weight_decay", opt.weight_decay, low=0.0)
-    if train.schedule.steps_per_cycle is not None:
-        _check_positive_int("train.schedule.steps_per_cycle", train.schedule.steps_per_cycle)
-
-
-def _check_number(name: str, value: Any, *, low: float, strict: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < low or (strict and value == low):
-        relation = ">" if strict else ">="
-        raise ValueError(f"{name}={value!r} must be a finite number {relation} {low}")
-
-
-def _check_unit_interval(name: str, value: Any) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name}={value!r} must be a number in [0, 1)")
-
-
-def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is unknown; allowed: {list(allowed)}")
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive int")
+        _checks.number(_OWNER, f"train.optimizer.{name}", opt[name], low=0.0, high=1.0,
+                       high_open=True)
+    _checks.number(_OWNER, "train.optimizer.eps", opt.eps, low=0.0, low_open=True)
+    _checks.number(_OWNER, "train.optimizer.weight_decay", opt.weight_decay, low=0.0)
+    _checks.positive_int(_OWNER, "train.schedule.steps_per_cycle", train.schedule.steps_per_cycle,
+                         allow_none=True)
 
 
 def from_presets(

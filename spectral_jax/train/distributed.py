@@ -27,6 +27,8 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
+from spectral_jax import _checks
+
 DATA_AXIS = "data"
 
 
@@ -90,15 +92,17 @@ def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
 def check_batch_size(name: str, batch_size: int, mesh: jax.sharding.Mesh) -> None:
     """Raises ValueError unless ``batch_size`` splits evenly over the mesh and the processes.
 
+    Raises:
+        TypeError, ValueError: not an int; not a positive multiple of the device count.
+
     Example:
         >>> check_batch_size("train.batch_size", 8, make_mesh(jax.devices()[:1]))
     """
     n = mesh.devices.size
-    if not isinstance(batch_size, int) or batch_size <= 0 or batch_size % n:
-        raise ValueError(
-            f"{name}={batch_size!r} must be a positive multiple of the device count {n} "
-            f"(data parallelism splits every batch evenly over the devices)"
-        )
+    what = (f"a positive multiple of the device count {n} (data parallelism splits every "
+            "batch evenly over the devices)")
+    if _checks.positive_int("config", name, batch_size) % n:
+        raise ValueError(_checks.message("config", name, what, batch_size))
 
 
 def global_batch(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, Any]:

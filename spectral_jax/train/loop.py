@@ -1,11 +1,14 @@
-"""``train_and_evaluate(config, workdir)``: the LRA training loop, in the Flax gemma/mnist style."""
+"""``train_and_evaluate(config, workdir)``: the LRA training loop, in the Flax examples' style.
+
+Read top to bottom: open the run (:mod:`spectral_jax.train.run`), resume from its last
+checkpoint, train with periodic validation and checkpoints, evaluate the final and best
+checkpoints on the test split, write ``results.json``.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import shutil
 import time
 from typing import Any, Iterator
 
@@ -14,83 +17,27 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from spectral_jax.train import checkpoint as checkpoint_lib
-from spectral_jax.train import distributed, optim, steps as steps_lib
-from spectral_jax.train.config_lib import validate_config
+from spectral_jax import _checks, data
+from spectral_jax.train import distributed
+from spectral_jax.train import run as run_lib
 from spectral_jax.train.progress import Reporter
+# Re-exported: the run's files and set-up have lived here since the first release.
+from spectral_jax.train.run import (  # noqa: F401
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    RESULTS_FILE,
+    RunSetup,
+    setup_run,
+)
 from spectral_jax.train.writers import MetricWriter
 
-CONFIG_FILE = "config.json"
-RESULTS_FILE = "results.json"
-CHECKPOINT_DIR = "checkpoints"
-# Written next to generated ListOps files: the data.generate settings that made them.
-GENERATED_FILE = "generated.json"
-# Files a run owns in its workdir; --overwrite removes exactly these.
-_RUN_FILES = (CONFIG_FILE, RESULTS_FILE, CHECKPOINT_DIR, "metrics.jsonl", "tensorboard")
+Meta = dict[str, Any]  # what a checkpoint stores besides the state: best_* and wall_time_s
 
 
 class TrainingDiverged(RuntimeError):
     """The training loss became NaN or inf; the last good checkpoint is kept."""
 
-
-@dataclasses.dataclass(frozen=True)
-class RunSetup:
-    """A freshly initialised run placed on a mesh.
-
-    Attributes:
-        graphdef: the ``(model, optimizer)`` graph.
-        rng_state: the model's RNG streams (replicated; reseeded inside every step).
-        state: model and optimizer state without RNG streams (replicated); what is checkpointed.
-        steps: the jitted train and eval steps.
-        num_params: trainable parameter count.
-    """
-
-    graphdef: nnx.GraphDef
-    rng_state: nnx.State
-    state: nnx.State
-    steps: steps_lib.Steps
-    num_params: int
-
-
-def setup_run(
-    config: ml_collections.ConfigDict, model_cfg, dual: bool, mesh: jax.sharding.Mesh
-) -> RunSetup:
-    """Builds model and optimizer from ``config.seed`` and replicates them over ``mesh``.
-
-    Call inside ``jax.set_mesh(mesh)``.
-
-    Args:
-        config: the training config (for the seed).
-        model_cfg: the :class:`spectral_jax.nn.TransformerConfig`.
-        dual: build the dual-encoder classifier (retrieval).
-        mesh: a 1-D data mesh (:func:`spectral_jax.train.distributed.make_mesh`).
-
-    Returns:
-        :class:`RunSetup`.
-
-    Example:
-        >>> # see tests/test_train_loop.py::test_eight_devices_match_one
-    """
-    tx = optim.make_optimizer(config)
-
-    def create():
-        model = steps_lib.build_model(model_cfg, dual, config.seed)
-        return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
-
-    # Initialising inside one jit compiles once, instead of once per eager op, and creates
-    # the state directly replicated on the mesh.
-    abstract_model, abstract_opt = nnx.eval_shape(create)
-    graphdef = nnx.graphdef((abstract_model, abstract_opt))
-    num_params = sum(x.size for x in jax.tree.leaves(nnx.state(abstract_model, nnx.Param)))
-    replicated = distributed.replicated(mesh)
-    rng_state, state = jax.jit(
-        lambda: nnx.split(create(), nnx.RngState, ...)[1:], out_shardings=replicated
-    )()
-    steps = steps_lib.make_steps(
-        graphdef, config.seed, replicated, distributed.batch_sharding(mesh),
-        optim.make_schedule(config), config.train.redraw_features_every,
-    )
-    return RunSetup(graphdef, rng_state, state, steps, int(num_params))
+    exit_status = 1  # `spectral-jax train` exits with 1, not the 2 of a user error
 
 
 def train_and_evaluate(
@@ -119,89 +66,55 @@ def train_and_evaluate(
         ValueError: invalid config (unknown task, method or protocol; batch size not divisible
           by the device count; ...), or ``workdir`` holding a different config. Raised before
           anything is compiled.
+        TypeError: a config value of the wrong kind (see :mod:`spectral_jax._checks`).
         FileNotFoundError: the task's data directory is missing (the message says how to get it).
         TrainingDiverged: the loss became non-finite (the message names the step).
 
     Example:
-        >>> # python -m spectral_jax.cli train --config configs/lra/listops.py:quick --workdir w
-        >>> # or: train_and_evaluate(listops.get_config("quick"), "runs/listops_quick")
+        ``spectral-jax train --config configs/lra/listops.py:quick --workdir runs/x`` calls
+        ``train_and_evaluate(load_config("configs/lra/listops.py:quick"), "runs/x")``;
+        tests/test_train_loop.py runs it on tiny data.
     """
-    from spectral_jax import data as data_lib
-
-    config = ml_collections.ConfigDict(config.to_dict())
-    validate_config(config)
-    # Absolute, so that `eval` finds the data from any working directory.
-    config.data.dir = os.path.abspath(config.data.dir)
-    mesh = distributed.make_mesh()
-    train_cfg = config.train
-    eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size
-    distributed.check_batch_size("train.batch_size", train_cfg.batch_size, mesh)
-    distributed.check_batch_size("train.eval_batch_size", eval_batch_size, mesh)
-    optim.make_optimizer(config)  # raises on bad optimizer settings before any work
-    is_main = jax.process_index() == 0
-    if not overwrite:
-        _check_workdir(workdir, config)
-    task = _load_task(config, is_main)
-    model_cfg = steps_lib.model_config(config, task)
-
-    with jax.set_mesh(mesh):
-        setup = setup_run(config, model_cfg, task.dual, mesh)
-        rng_state, state, step_fns = setup.rng_state, setup.state, setup.steps
-        batch_sharding = distributed.batch_sharding(mesh)
-        # Tracing one step (no compile) raises model and attention errors (heads not
-        # dividing qkv_dim, bad method parameters) before the workdir is claimed, so the
-        # fixed command can rerun in the same workdir.
-        jax.eval_shape(step_fns.train, rng_state, state, distributed.global_batch(
-            next(data_lib.iterate_batches(task.splits["train"], train_cfg.batch_size,
-                                          shuffle=False)),
-            batch_sharding))
-        if is_main:
-            _write_workdir(workdir, config, overwrite=overwrite)
-        ckpt = checkpoint_lib.Checkpointer(
-            os.path.join(workdir, CHECKPOINT_DIR), keep=train_cfg.keep_checkpoints
-        )
-        meta = {"best_val_accuracy": -1.0, "best_step": 0, "wall_time_s": 0.0}
-        start_step = ckpt.latest_step()
+    run = run_lib.open_for_training(config, workdir, overwrite=overwrite)
+    config = run.config
+    with run:
+        state = run.setup.state
+        meta: Meta = {"best_val_accuracy": -1.0, "best_step": 0, "wall_time_s": 0.0}
+        start_step = run.checkpoints.latest_step()
         if start_step is not None:
-            state, meta = ckpt.restore(start_step, state)
-        writer = MetricWriter(workdir, enabled=is_main, resume_step=start_step)
-        reporter = Reporter(train_cfg.steps, start=start_step or 0, enabled=is_main)
+            state, meta = run.checkpoints.restore(start_step, state)
+        writer = MetricWriter(workdir, enabled=run.is_main, resume_step=start_step)
+        reporter = Reporter(config.train.steps, start=start_step or 0, enabled=run.is_main)
         try:
-            state, meta = _train(
-                config, task, step_fns, rng_state, state, meta, start_step or 0, ckpt, writer,
-                reporter, eval_batch_size, batch_sharding,
-            )
-            results = _final_evaluation(
-                config, task, step_fns, rng_state, state, meta, ckpt, eval_batch_size,
-                batch_sharding,
-            )
+            state, meta = _train(run, state, meta, start_step or 0, writer, reporter)
+            results = _final_evaluation(run, state, meta)
         finally:
             reporter.close()
             writer.close()
-            ckpt.close()
 
+    step_fns = run.setup.steps
     results.update(
-        num_params=setup.num_params,
-        num_devices=mesh.devices.size,
+        num_params=run.setup.num_params,
+        num_devices=run.mesh.devices.size,
         num_processes=jax.process_count(),
         compiles={"train": step_fns.train._cache_size(), "eval": step_fns.eval._cache_size()},
-        data_source=task.source,
-        config=_resolved(config, model_cfg),
+        data_source=run.task.source,
+        config=_resolved(config, run.model_config),
     )
-    if is_main:
+    if run.is_main:
         with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
             json.dump(results, f, indent=2)
     reporter.summary(results)
     return results
 
 
-def _train(config, task, step_fns, rng_state, state, meta, start_step, ckpt, writer, reporter,
-           eval_batch_size, batch_sharding):
-    from spectral_jax import data
-
+def _train(run: run_lib.Run, state: nnx.State, meta: Meta, start_step: int,
+           writer: MetricWriter, reporter: Reporter) -> tuple[nnx.State, Meta]:
+    """Steps ``start_step + 1 .. train.steps``: log, validate, checkpoint."""
+    config, step_fns = run.config, run.setup.steps
     train_cfg = config.train
     batches = data.iterate_batches(
-        task.splits["train"], train_cfg.batch_size, shuffle=True, seed=config.seed,
+        run.task.splits["train"], train_cfg.batch_size, shuffle=True, seed=config.seed,
         start_step=start_step, repeat=True,
     )
     window: list[dict[str, jax.Array]] = []
@@ -209,8 +122,8 @@ def _train(config, task, step_fns, rng_state, state, meta, start_step, ckpt, wri
     run_start = time.perf_counter()
     base_time = float(meta["wall_time_s"])
     for step in range(start_step + 1, train_cfg.steps + 1):
-        batch = distributed.global_batch(next(batches), batch_sharding)
-        state, metrics = step_fns.train(rng_state, state, batch)
+        batch = distributed.global_batch(next(batches), run.batch_sharding)
+        state, metrics = step_fns.train(run.setup.rng_state, state, batch)
         window.append(metrics)
         reporter.advance()
         is_eval = step % train_cfg.eval_every == 0 or step == train_cfg.steps
@@ -223,14 +136,15 @@ def _train(config, task, step_fns, rng_state, state, meta, start_step, ckpt, wri
             reporter.train(step, summary)
             window, window_start = [], time.perf_counter()
         if is_eval:
-            val = evaluate(step_fns.eval, rng_state, state, task.splits["validation"],
-                           eval_batch_size, batch_sharding, train_cfg.eval_steps)
+            val = evaluate(step_fns.eval, run.setup.rng_state, state,
+                           run.task.splits["validation"], run.eval_batch_size,
+                           run.batch_sharding, train_cfg.eval_steps)
             if val["accuracy"] >= meta["best_val_accuracy"]:
                 meta = {**meta, "best_val_accuracy": val["accuracy"], "best_step": step}
             meta = {**meta, "wall_time_s": base_time + time.perf_counter() - run_start}
             writer.write(step, "validation", val)
             reporter.validation(step, val, meta["best_val_accuracy"])
-            ckpt.save(step, state, meta, val["accuracy"])
+            run.checkpoints.save(step, state, meta, val["accuracy"])
             window_start = time.perf_counter()
     return state, meta
 
@@ -268,10 +182,9 @@ def evaluate(
         ``{"loss", "accuracy", "count"}``, loss in nats per example.
 
     Example:
-        >>> # see train_and_evaluate
+        ``evaluate(run.setup.steps.eval, run.setup.rng_state, state, run.task.splits["test"],
+        64, run.batch_sharding)``; see :func:`evaluate_checkpoint`.
     """
-    from spectral_jax import data
-
     sums = {"loss_sum": 0.0, "correct": 0.0, "count": 0.0}
     batches: Iterator = data.iterate_batches(split, batch_size, shuffle=False)
     outputs = []
@@ -287,19 +200,19 @@ def evaluate(
             "count": int(sums["count"])}
 
 
-def _final_evaluation(config, task, step_fns, rng_state, state, meta, ckpt, eval_batch_size,
-                      sharding) -> dict[str, Any]:
-    from spectral_jax import data
-
-    ckpt.wait()
-    test = task.splits["test"]
-    final = evaluate(step_fns.eval, rng_state, state, test, eval_batch_size, sharding)
+def _final_evaluation(run: run_lib.Run, state: nnx.State, meta: Meta) -> dict[str, Any]:
+    config, step_fns, rng_state = run.config, run.setup.steps, run.setup.rng_state
+    run.checkpoints.wait()
+    test = run.task.splits["test"]
+    final = evaluate(step_fns.eval, rng_state, state, test, run.eval_batch_size,
+                     run.batch_sharding)
     best_step = int(meta["best_step"])
     if best_step in (config.train.steps, 0):
         best = final
     else:
-        best_state, _ = ckpt.restore(best_step, state)
-        best = evaluate(step_fns.eval, rng_state, best_state, test, eval_batch_size, sharding)
+        best_state, _ = run.checkpoints.restore(best_step, state)
+        best = evaluate(step_fns.eval, rng_state, best_state, test, run.eval_batch_size,
+                        run.batch_sharding)
     return {
         "task": config.task,
         "attention": config.model.attention,
@@ -325,88 +238,6 @@ def _resolved(config: ml_collections.ConfigDict, model_cfg) -> dict[str, Any]:
     return out
 
 
-def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
-    path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        existing = json.load(f)
-    wanted = json.loads(config.to_json(sort_keys=True))
-    if existing != wanted:
-        raise ValueError(
-            f"workdir={workdir!r} holds a run with a different config "
-            f"({_diff(existing, wanted)}); use another --workdir, or --overwrite to delete that run"
-        )
-
-
-def _write_workdir(workdir: str, config: ml_collections.ConfigDict, *, overwrite: bool) -> None:
-    if overwrite:
-        for name in _RUN_FILES:
-            target = os.path.join(workdir, name)
-            if os.path.isdir(target):
-                shutil.rmtree(target)
-            elif os.path.exists(target):
-                os.remove(target)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
-        f.write(config.to_json(sort_keys=True, indent=2))
-
-
-def _diff(old: Any, new: Any, prefix: str = "") -> str:
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new)):
-            if old.get(key, "<missing>") != new.get(key, "<missing>"):
-                return _diff(old.get(key, "<missing>"), new.get(key, "<missing>"),
-                             f"{prefix}{key}.")
-    return f"{prefix.rstrip('.')}: {old!r} there, {new!r} now"
-
-
-def _load_task(config: ml_collections.ConfigDict, is_main: bool):
-    from spectral_jax import data
-
-    cfg = config.data
-    if cfg.generate is not None:
-        if config.task != "listops":
-            raise ValueError(
-                f"data.generate is set but task={config.task!r}; only listops can be generated"
-            )
-        settings = cfg.generate.to_dict()
-        record = os.path.join(cfg.dir, GENERATED_FILE)
-        if not os.path.exists(os.path.join(cfg.dir, "basic_train.tsv")):
-            if is_main:
-                print(f"Generating ListOps data in {cfg.dir} ...", flush=True)
-                data.listops.generate(cfg.dir, **settings)
-                with open(record, "w") as f:
-                    json.dump(settings, f, indent=2, sort_keys=True)
-            if jax.process_count() > 1:
-                from jax.experimental import multihost_utils
-
-                multihost_utils.sync_global_devices("listops generated")
-        elif os.path.exists(record):
-            with open(record) as f:
-                made = json.load(f)
-            if made != settings:
-                raise ValueError(
-                    f"data.dir={cfg.dir!r} holds ListOps generated with different settings "
-                    f"({_diff(made, settings, 'data.generate.')}); use another data.dir or "
-                    "delete that one"
-                )
-        elif is_main:
-            print(f"Using the ListOps files already in {cfg.dir}; data.generate is not used.",
-                  flush=True)
-    try:
-        task = data.load_task(config.task, cfg.dir, **cfg.options.to_dict())
-    except FileNotFoundError as e:
-        raise FileNotFoundError(
-            f"{e}\n(data.dir={cfg.dir!r} comes from the config; point it elsewhere with "
-            f"--config.data.dir=PATH)"
-        ) from e
-    for name, split in task.splits.items():
-        if not len(split):
-            raise ValueError(f"the {name} split in data.dir={cfg.dir!r} has no examples")
-    return task
-
-
 def evaluate_checkpoint(
     workdir: str, *, checkpoint: str = "best", split: str = "test"
 ) -> dict[str, Any]:
@@ -425,49 +256,13 @@ def evaluate_checkpoint(
         ValueError: an unknown ``split`` or ``checkpoint`` value.
 
     Example:
-        >>> # evaluate_checkpoint("runs/listops_quick", checkpoint="latest")
+        ``spectral-jax eval --workdir runs/x --checkpoint latest`` prints
+        ``evaluate_checkpoint("runs/x", checkpoint="latest")``.
     """
-    from spectral_jax import data
-
-    if split not in ("train", "validation", "test"):
-        raise ValueError(f"split={split!r} is unknown; allowed: ['train', 'validation', 'test']")
-    path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no run in workdir={workdir!r} ({CONFIG_FILE} is missing)")
-    with open(path) as f:
-        config = ml_collections.ConfigDict(json.load(f))
-    validate_config(config)
-    mesh = distributed.make_mesh()
-    eval_batch_size = config.train.eval_batch_size or config.train.batch_size
-    distributed.check_batch_size("train.eval_batch_size", eval_batch_size, mesh)
-    task = _load_task(config, jax.process_index() == 0)
-    model_cfg = steps_lib.model_config(config, task)
-    with jax.set_mesh(mesh):
-        setup = setup_run(config, model_cfg, task.dual, mesh)
-        rng_state, state, step_fns = setup.rng_state, setup.state, setup.steps
-        ckpt = checkpoint_lib.Checkpointer(
-            os.path.join(workdir, CHECKPOINT_DIR), keep=config.train.keep_checkpoints
-        )
-        try:
-            latest = ckpt.latest_step()
-            if latest is None:
-                raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, CHECKPOINT_DIR)}")
-            if checkpoint in ("best", "latest"):
-                step = latest
-            else:
-                try:
-                    step = int(checkpoint)
-                except ValueError:
-                    raise ValueError(
-                        f"checkpoint={checkpoint!r} must be 'best', 'latest' or a step number"
-                    ) from None
-            state, meta = ckpt.restore(step, state)
-            if checkpoint == "best" and int(meta["best_step"]) != step:
-                step = int(meta["best_step"])
-                state, _ = ckpt.restore(step, state)
-        finally:
-            ckpt.close()
-        result = evaluate(step_fns.eval, rng_state, state, task.splits[split], eval_batch_size,
-                          distributed.batch_sharding(mesh))
+    _checks.choice("evaluate_checkpoint", "split", split, data.SPLIT_NAMES)
+    run, state, step = run_lib.restore_for_evaluation(workdir, checkpoint)
+    with jax.set_mesh(run.mesh):
+        result = evaluate(run.setup.steps.eval, run.setup.rng_state, state,
+                          run.task.splits[split], run.eval_batch_size, run.batch_sharding)
     return {"step": step, "split": split, **result,
-            "majority_baseline": data.majority_baseline(task.splits[split])}
+            "majority_baseline": data.majority_baseline(run.task.splits[split])}

@@ -8,7 +8,10 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from spectral_jax.train.config_lib import SCHEDULES
+from spectral_jax import _checks
+
+# The learning-rate schedules make_schedule implements (config: train.schedule.name).
+SCHEDULES = ("rsqrt", "cosine", "linear", "constant")
 
 
 def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
@@ -44,10 +47,8 @@ def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
     steps = config.train.steps
     sched = config.train.schedule
     warmup = sched.warmup_steps
-    if sched.name not in SCHEDULES:
-        raise ValueError(f"train.schedule.name={sched.name!r} is unknown; allowed: {SCHEDULES}")
-    if warmup < 0:
-        raise ValueError(f"train.schedule.warmup_steps={warmup} must be >= 0")
+    _checks.choice("config", "train.schedule.name", sched.name, SCHEDULES)
+    _checks.nonnegative_int("config", "train.schedule.warmup_steps", warmup)
 
     def ramp(step):
         return jnp.minimum(1.0, step / max(warmup, 1)) if warmup else 1.0
@@ -94,11 +95,10 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
         >>> tx = make_optimizer(cfg)
     """
     opt = config.train.optimizer
-    if not opt.learning_rate > 0:
-        raise ValueError(f"train.optimizer.learning_rate={opt.learning_rate} must be > 0")
-    clip = config.train.grad_clip_norm
-    if clip is not None and not clip > 0:
-        raise ValueError(f"train.grad_clip_norm={clip} must be > 0 or None")
+    _checks.number("config", "train.optimizer.learning_rate", opt.learning_rate, low=0.0,
+                   low_open=True)
+    clip = _checks.number("config", "train.grad_clip_norm", config.train.grad_clip_norm,
+                          low=0.0, low_open=True, allow_none=True)
     adamw = optax.adamw(
         make_schedule(config), b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay
     )

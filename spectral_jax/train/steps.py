@@ -18,11 +18,12 @@ from flax import nnx
 
 from spectral_jax.nn import TransformerConfig
 
-# Model fields that come from the config file as-is (vocab, classes and length are checked).
-_MODEL_FIELDS = (
-    "num_layers", "embed_dim", "num_heads", "qkv_dim", "mlp_dim", "dropout_rate",
-    "attention_dropout_rate", "attention", "pooling", "positional", "interaction", "use_bias",
-)
+# Model fields that model_config resolves itself (from the data, or converted); every other
+# TransformerConfig field comes from the config file as-is.
+_RESOLVED_FIELDS = ("vocab_size", "num_classes", "max_length", "dtype", "attention_kwargs",
+                    "param_dtype")
+_MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(TransformerConfig)
+                      if f.name not in _RESOLVED_FIELDS)
 
 
 def model_config(config: ml_collections.ConfigDict, task: Any) -> TransformerConfig:
@@ -163,7 +164,8 @@ def make_steps(
         :class:`Steps`.
 
     Example:
-        >>> # see spectral_jax.train.loop.train_and_evaluate
+        :func:`spectral_jax.train.run.setup_run` builds a run's steps with it; the loop then
+        calls ``state, metrics = steps.train(rng_state, state, batch)``.
     """
     base_key = jax.random.fold_in(jax.random.key(seed), 1)
 

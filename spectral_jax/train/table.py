@@ -6,10 +6,7 @@ import json
 import os
 from typing import Any
 
-from spectral_jax.train.config_lib import TASKS
-
-_TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval",
-                "image": "Image", "pathfinder": "Pathfinder", "pathx": "Path-X"}
+from spectral_jax.data.registry import TASKS, TITLES
 
 
 def load_results(run_dirs: list[str]) -> list[dict[str, Any]]:
@@ -66,7 +63,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
         row = f"{r['attention']} ({r['protocol']})"
         cells.setdefault((row, r["task"]), []).append(100 * r["test_accuracy"])
     rows = list(dict.fromkeys(row for row, _ in cells))
-    lines = ["| Model | " + " | ".join(_TASK_TITLES[t] for t in tasks) + " | Avg |",
+    lines = ["| Model | " + " | ".join(TITLES[t] for t in tasks) + " | Avg |",
              "|---" * (len(tasks) + 2) + "|"]
     for row in rows:
         values = [cells.get((row, t)) for t in tasks]
@@ -77,7 +74,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
               "(final) | Majority baseline | Steps | Wall time |", "|---" * 10 + "|"]
     for r in results:
         lines.append(
-            f"| {r['run']} | {_TASK_TITLES[r['task']]} | {r['attention']} | {r['protocol']} | "
+            f"| {r['run']} | {TITLES[r['task']]} | {r['attention']} | {r['protocol']} | "
             f"{r.get('seed', '')} | {100 * r['test_accuracy']:.2f} | "
             f"{100 * r['final_test_accuracy']:.2f} | {100 * r['majority_baseline']:.2f} | "
             f"{r['steps']} | {_duration(r['wall_time_s'])} |"

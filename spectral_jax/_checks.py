@@ -1,0 +1,220 @@
+"""Argument checks shared by every package: one rule and one message format.
+
+Every check raises with the message ``"{owner}: `{name}` must be {what}; got {value!r}."``,
+where ``owner`` says who asked (``"nystrom_attention()"``, ``"config"``, ``"load_task('text')"``)
+and ``name`` is the parameter as the caller spells it (``num_landmarks``, ``train.steps``).
+
+The rule, the same in every package:
+
+* **TypeError** when the value is not of the parameter's kind at all: a string, ``None``
+  (unless allowed), a list or an array with dimensions where a number is expected; anything but
+  a bool where a bool is expected.
+* **ValueError** when it is of the right kind but not an allowed value: out of range, NaN or
+  infinite, or not one of a choice's values.
+* **NumberKindError**, a subclass of both, for a number of the wrong kind: a float where an
+  int is expected (``2.5``, ``4.0``), or a bool where a number is expected (``True`` is an int
+  to Python but never a count or a rate). It is a wrong type, and also a bad value to callers
+  that catch ValueError for bad numbers (as NumPy's ``AxisError`` is both a ValueError and an
+  IndexError).
+* NumPy integers and floats (from config files, sweeps) are accepted wherever Python ones are,
+  and are returned as Python ``int`` / ``float``; float checks also accept 0-d arrays.
+
+Example:
+    >>> from spectral_jax import _checks
+    >>> _checks.positive_int("nystrom_attention()", "num_landmarks", 64)
+    64
+    >>> _checks.positive_int("nystrom_attention()", "num_landmarks", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: nystrom_attention(): `num_landmarks` must be a positive int; got 0.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+__all__ = ["NumberKindError", "boolean", "choice", "message", "nonnegative_int", "number",
+           "positive_int"]
+
+
+class NumberKindError(TypeError, ValueError):
+    """A number of the wrong kind: a float or a bool where an int is expected, a bool for a float.
+
+    Example:
+        >>> try:
+        ...     positive_int("f()", "num_landmarks", 2.5)
+        ... except ValueError as err:  # also a TypeError
+        ...     print(type(err).__name__, err)
+        NumberKindError f(): `num_landmarks` must be a positive int; got 2.5.
+    """
+
+
+def message(owner: str, name: str, what: str, value: Any) -> str:
+    """The one message format: ``"{owner}: `{name}` must be {what}; got {value!r}."``.
+
+    Example:
+        >>> message("config", "train.steps", "a positive int", 0)
+        'config: `train.steps` must be a positive int; got 0.'
+    """
+    return f"{owner}: `{name}` must be {what}; got {value!r}."
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def _integer(owner: str, name: str, value: Any, what: str) -> int:
+    if _is_bool(value):
+        raise NumberKindError(message(owner, name, what, value))
+    if isinstance(value, (numbers.Integral, np.integer)):
+        return int(value)
+    if isinstance(value, (numbers.Real, np.floating)):  # 2.5 or 4.0: a number, not a count
+        raise NumberKindError(message(owner, name, what, value))
+    raise TypeError(message(owner, name, what, value))
+
+
+def positive_int(owner: str, name: str, value: Any, *, allow_none: bool = False) -> int | None:
+    """``value`` as a Python int >= 1 (or None when ``allow_none``).
+
+    Raises:
+        TypeError: not a number (e.g. a string).
+        NumberKindError: a bool or a float.
+        ValueError: an int < 1.
+
+    Example:
+        >>> positive_int("f()", "num_features", np.int64(8))
+        8
+    """
+    if value is None and allow_none:
+        return None
+    what = "a positive int" + (" or None" if allow_none else "")
+    number_ = _integer(owner, name, value, what)
+    if number_ < 1:
+        raise ValueError(message(owner, name, what, value))
+    return number_
+
+
+def nonnegative_int(owner: str, name: str, value: Any, *, allow_none: bool = False) -> int | None:
+    """``value`` as a Python int >= 0 (or None when ``allow_none``).
+
+    Raises:
+        TypeError: not a number.
+        NumberKindError: a bool or a float.
+        ValueError: a negative int.
+
+    Example:
+        >>> nonnegative_int("f()", "pinv_iterations", 0)
+        0
+    """
+    if value is None and allow_none:
+        return None
+    what = "a non-negative int" + (" or None" if allow_none else "")
+    number_ = _integer(owner, name, value, what)
+    if number_ < 0:
+        raise ValueError(message(owner, name, what, value))
+    return number_
+
+
+def number(
+    owner: str,
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    allow_none: bool = False,
+    what: str | None = None,
+) -> float | None:
+    """``value`` as a finite Python float in the interval ``low .. high``.
+
+    Args:
+        owner, name, value: as for every check.
+        low, high: bounds (None: unbounded on that side).
+        low_open, high_open: exclude the bound itself (``low_open``: ``value > low``).
+        allow_none: return None for None.
+        what: the description in the message; default e.g. ``"a finite number in [0, 1)"``.
+
+    Raises:
+        TypeError: not a real number (a string, a list, an array with dimensions).
+        NumberKindError: a bool.
+        ValueError: NaN, infinite, or outside the interval.
+
+    Example:
+        >>> number("config", "model.dropout_rate", np.float32(0.5), low=0.0, high=1.0,
+        ...        high_open=True)
+        0.5
+        >>> number("config", "train.optimizer.eps", 0.0, low=0.0, low_open=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: config: `train.optimizer.eps` must be a finite number > 0; got 0.0.
+    """
+    if value is None and allow_none:
+        return None
+    if what is None:
+        what = "a finite number" + _interval(low, high, low_open, high_open)
+        if allow_none:
+            what += " or None"
+    if _is_bool(value):
+        raise NumberKindError(message(owner, name, what, value))
+    if isinstance(value, (numbers.Real, np.integer, np.floating)):
+        result = float(value)
+    elif np.ndim(value) == 0 and np.issubdtype(getattr(value, "dtype", object), np.number) and \
+            not np.issubdtype(value.dtype, np.complexfloating):
+        result = float(value)
+    else:
+        raise TypeError(message(owner, name, what, value))
+    ok = math.isfinite(result)
+    if ok and low is not None:
+        ok = result > low if low_open else result >= low
+    if ok and high is not None:
+        ok = result < high if high_open else result <= high
+    if not ok:
+        raise ValueError(message(owner, name, what, value))
+    return result
+
+
+def _interval(low, high, low_open, high_open) -> str:
+    if low is not None and high is not None:
+        return f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if low is not None:
+        return f" {'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        return f" {'<' if high_open else '<='} {high:g}"
+    return ""
+
+
+def choice(owner: str, name: str, value: Any, allowed: tuple[Any, ...] | list[Any]) -> Any:
+    """``value`` if it is one of ``allowed``; a ValueError listing them otherwise.
+
+    Example:
+        >>> choice("linear_attention()", "feature_map", "tanh", ("elu", "relu"))
+        Traceback (most recent call last):
+        ...
+        ValueError: linear_attention(): `feature_map` must be one of ('elu', 'relu'); got 'tanh'.
+    """
+    allowed = tuple(allowed)
+    try:
+        ok = value in allowed
+    except (TypeError, ValueError):  # unhashable, or an array: not one of the choices
+        ok = False
+    if not ok:
+        raise ValueError(message(owner, name, f"one of {allowed}", value))
+    return value
+
+
+def boolean(owner: str, name: str, value: Any) -> bool:
+    """``value`` as a Python bool; a TypeError for anything else (``1``, ``"yes"``).
+
+    Example:
+        >>> boolean("f()", "is_causal", np.bool_(True))
+        True
+    """
+    if not _is_bool(value):
+        raise TypeError(message(owner, name, "a bool", value))
+    return bool(value)

@@ -1,0 +1,63 @@
+"""The `spectral-jax` entry point: `--help` stays light, and user errors are one line, status 2."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from spectral_jax import cli
+
+HELP_COMMANDS = ["", "train", "eval", "table", "data", "data listops", "data pathfinder",
+                 "data info", "bench", "bench speed", "bench error", "bench dump-qkv"]
+
+
+def test_help_of_every_command_imports_no_jax():
+    # One interpreter for all commands: a fresh process per command would cost seconds each.
+    script = f"""
+import contextlib, io, sys
+from spectral_jax import cli
+cli.build_parser()
+for command in {HELP_COMMANDS!r}:
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            cli.main([*command.split(), "--help"])
+        except SystemExit as e:
+            assert e.code == 0, (command, e.code)
+    assert "usage: spectral-jax" in out.getvalue(), command
+heavy = sorted(m for m in ("jax", "jaxlib", "flax", "optax", "orbax") if m in sys.modules)
+print(heavy)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", f"--help imported {done.stdout.strip()}"
+
+
+class _Diverged(RuntimeError):
+    exit_status = 1
+
+
+@pytest.mark.parametrize("error, status, line", [
+    (ValueError("`head_chunk_size` must be a positive int; got 0."), 2,
+     "spectral-jax bench speed: error: `--head-chunk-size` must be a positive int; got 0."),
+    (FileNotFoundError("no data in 'd'\n(set --config.data.dir)"), 2,
+     "spectral-jax bench speed: error: no data in 'd' (set --config.data.dir)"),
+    (KeyError("no such split"), 2, "spectral-jax bench speed: error: no such split"),
+    (_Diverged("loss is NaN at step 3"), 1,
+     "spectral-jax bench speed: error: loss is NaN at step 3"),
+])
+def test_user_errors_are_one_line_with_an_exit_status(error, status, line, capsys):
+    args = argparse.Namespace(command_prog="spectral-jax bench speed", head_chunk_size=0)
+    assert cli.report_error(error, args) == status
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_bugs_keep_their_traceback():
+    args = argparse.Namespace(command_prog="spectral-jax table", func=lambda a: 1 / 0)
+    assert cli.report_error(ZeroDivisionError("x"), args) is None
+    parser = cli.build_parser()
+    parsed = parser.parse_args(["table", "nowhere"])
+    assert parsed.command_prog == "spectral-jax table"
