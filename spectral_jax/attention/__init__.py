@@ -21,7 +21,6 @@ from spectral_jax.attention._registry import (
     get_attention,
     get_attention_spec,
 )
-from spectral_jax.attention._scratch import scratch_attention
 from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
 from spectral_jax.attention._softmax import reference_attention, softmax_attention
 from spectral_jax.attention._state import STATE_KINDS, StateKind
@@ -46,7 +45,6 @@ __all__ = [
     "orthogonal_random_features",
     "performer_attention",
     "reference_attention",
-    "scratch_attention",
     "segment_means",
     "skyformer_attention",
     "softmax_attention",

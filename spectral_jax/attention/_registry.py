@@ -12,7 +12,6 @@ from spectral_jax.attention._linformer import linformer_attention
 from spectral_jax.attention._nystrom import nystrom_attention
 from spectral_jax.attention._performer import performer_attention
 from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
-from spectral_jax.attention._scratch import scratch_attention
 from spectral_jax.attention._softmax import softmax_attention
 from spectral_jax.attention._spectral_shift import spectral_shift_attention
 from spectral_jax.attention._state import STATE_KINDS, StateKind
@@ -178,9 +177,6 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             "linformer", linformer_attention, "Wang et al. 2020, eq. 7", "O(nkd)", False,
             "softmax", recorded=("proj_len",), budget="proj_len", state="length_projection",
             test_budget=16),
-        AttentionSpec(
-            "scratch", scratch_attention, "Nystromformer copy, eq. 14", "O(nmd + m³)", False, "softmax",
-            recorded=("num_landmarks",), budget="num_landmarks", test_budget=8),
     )
 }
 def available_attentions() -> tuple[str, ...]:
