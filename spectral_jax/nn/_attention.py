@@ -106,6 +106,34 @@ def split_attention_kwargs(
     return kwargs, {**own, **given}
 
 
+def _check_layer(spec: _attention.AttentionSpec, num_heads: int, in_features: int,
+                 qkv_features: int, out_features: int, dropout_rate: float,
+                 is_causal: bool) -> None:
+    """The layer's sizes, and dropout and causality against what the method supports."""
+    for name, value in (("num_heads", num_heads), ("in_features", in_features),
+                        ("qkv_features", qkv_features), ("out_features", out_features)):
+        check_positive_int(name, value)
+    if qkv_features % num_heads:
+        raise ValueError(
+            f"num_heads must divide qkv_features={qkv_features}, got num_heads={num_heads}."
+        )
+    if not 0.0 <= dropout_rate < 1.0:
+        raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate!r}.")
+    names = _attention.available_attentions()
+    if dropout_rate > 0.0 and not spec.weight_dropout:
+        droppable = [n for n in names if _attention.get_attention_spec(n).weight_dropout]
+        raise ValueError(
+            f"dropout_rate={dropout_rate} drops attention weights, which only attention in "
+            f"{droppable} forms; got attention={spec.name!r}. Use dropout_rate=0."
+        )
+    if is_causal and not spec.supports_causal:
+        causal = [n for n in names if _attention.get_attention_spec(n).supports_causal]
+        raise NotImplementedError(
+            f"attention={spec.name!r} has no causal form (is_causal=True); methods with "
+            f"one: {causal}."
+        )
+
+
 class MultiHeadAttention(nnx.Module):
     """Multi-head attention whose core is any registered ``spectral_jax.attention`` method.
 
@@ -187,32 +215,11 @@ class MultiHeadAttention(nnx.Module):
         shared_state: nnx.Module | None = None,
         rngs: nnx.Rngs,
     ) -> None:
-        for name, value in (("num_heads", num_heads), ("in_features", in_features)):
-            check_positive_int(name, value)
         qkv_features = in_features if qkv_features is None else qkv_features
         out_features = in_features if out_features is None else out_features
-        check_positive_int("qkv_features", qkv_features)
-        check_positive_int("out_features", out_features)
-        if qkv_features % num_heads:
-            raise ValueError(
-                f"num_heads must divide qkv_features={qkv_features}, got num_heads={num_heads}."
-            )
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate!r}.")
         spec = _attention.get_attention_spec(attention)
-        names = _attention.available_attentions()
-        if dropout_rate > 0.0 and not spec.weight_dropout:
-            droppable = [n for n in names if _attention.get_attention_spec(n).weight_dropout]
-            raise ValueError(
-                f"dropout_rate={dropout_rate} drops attention weights, which only attention in "
-                f"{droppable} forms; got attention={attention!r}. Use dropout_rate=0."
-            )
-        if is_causal and not spec.supports_causal:
-            causal = [n for n in names if _attention.get_attention_spec(n).supports_causal]
-            raise NotImplementedError(
-                f"attention={attention!r} has no causal form (is_causal=True); methods with "
-                f"one: {causal}."
-            )
+        _check_layer(spec, num_heads, in_features, qkv_features, out_features, dropout_rate,
+                     is_causal)
         kwargs, options = split_attention_kwargs(attention, attention_kwargs)
         self.num_heads = num_heads
         self.head_dim = qkv_features // num_heads
