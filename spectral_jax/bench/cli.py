@@ -56,6 +56,18 @@ def _method(name: str) -> str:
     return name
 
 
+def _budget(text: str) -> tuple[str, int]:
+    """An argparse ``type``: ``PARAM=N`` (checked against the registry when the command runs)."""
+    name, sep, value = text.partition("=")
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if not sep or not name or number is None:
+        raise argparse.ArgumentTypeError(f"expected PARAM=N such as num_landmarks=64; got {text!r}")
+    return name.strip().replace("-", "_"), number
+
+
 def _speed(args: argparse.Namespace) -> int:
     from spectral_jax.bench import report, speed
 
@@ -70,19 +82,23 @@ def _speed(args: argparse.Namespace) -> int:
         budget = speed.default_memory_budget_bytes()
     console.print(f"memory budget {budget / 2**30:.2f} GiB; compiling every configuration "
                   "first to read its peak memory")
+    budgets = dict(args.budget)
+    unknown = sorted(set(budgets) - set(speed.budget_parameters()))
+    if unknown:
+        raise ValueError(f"`budget`: {unknown[0]!r} is not a budget parameter of a registered "
+                         f"method; known: {', '.join(speed.budget_parameters())}")
     records = speed.run_speed(
         methods=args.methods, lengths=args.lengths, batch=args.batch, heads=args.heads,
-        head_dim=args.head_dim, dtype=args.dtype, num_landmarks=args.num_landmarks,
-        num_features=args.num_features, proj_len=args.proj_len, repeats=args.repeats,
-        warmup=args.warmup, memory_budget_bytes=budget, modes=args.modes,
+        head_dim=args.head_dim, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup, memory_budget_bytes=budget, modes=args.modes,
         head_chunk_size=args.head_chunk_size, run=not args.compile_only, progress=console.print,
+        **budgets,
     )
     records = speed.add_ratios(records)
     config = {k: v for k, v in vars(args).items() if k != "func"}
     config["memory_budget_bytes"] = budget
     title = (f"bench speed: batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}, "
-             f"{args.dtype}, {args.num_landmarks} landmarks, {args.num_features} features, "
-             f"proj_len {args.proj_len}"
+             f"{args.dtype}"
+             + "".join(f", {p} {v}" for p, v in budgets.items())
              + ("" if args.head_chunk_size is None else
                 f", head_chunk_size {args.head_chunk_size}"))
     console.print(report.speed_table(records, title=title))
@@ -99,8 +115,11 @@ def _speed(args: argparse.Namespace) -> int:
 def _error(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from spectral_jax.attention import get_attention_spec
     from spectral_jax.bench import error, report
 
+    if args.methods is None:
+        args.methods = [n for n in _all_methods() if not get_attention_spec(n).exact]
     console = _console()
     qkv = None
     if args.qkv is not None:
@@ -170,10 +189,9 @@ def add_parser(subparsers: Any) -> None:
     sp.add_argument("--heads", type=int, default=4)
     sp.add_argument("--head-dim", type=int, default=64)
     sp.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
-    sp.add_argument("--num-landmarks", type=int, default=64,
-                    help="Nyström, spectral shift and Skyformer landmarks")
-    sp.add_argument("--num-features", type=int, default=256, help="Performer random features")
-    sp.add_argument("--proj-len", type=int, default=256, help="Linformer projected length")
+    sp.add_argument("--budget", action="append", type=_budget, default=[], metavar="PARAM=N",
+                    help="a budget parameter and its value, e.g. num_landmarks=64 (repeatable; "
+                    "default: each method's own from the registry)")
     sp.add_argument("--repeats", type=int, default=5, help="timed calls; the median is reported")
     sp.add_argument("--warmup", type=int, default=1, help="untimed calls before timing")
     sp.add_argument("--modes", nargs="+", choices=("fwd", "fwd_bwd"), default=["fwd", "fwd_bwd"])
@@ -189,11 +207,11 @@ def add_parser(subparsers: Any) -> None:
     sp.set_defaults(func=_speed)
 
     er = sub.add_parser("error", help="approximation error vs exact attention, per budget")
-    er.add_argument("--methods", nargs="+", type=_method, metavar="METHOD",
-                    default=["nystrom", "spectral_shift", "skyformer", "performer", "linformer",
-                             "linear"])
+    er.add_argument("--methods", nargs="+", type=_method, metavar="METHOD", default=None,
+                    help="registered methods (default: every approximate one)")
     er.add_argument("--budgets", nargs="+", type=int, default=[16, 32, 64, 128, 256],
-                    help="num_landmarks / num_features / proj_len values")
+                    help="values of each method's budget parameter (num_landmarks, "
+                    "num_features, proj_len, ...: see the registry)")
     er.add_argument("--regimes", nargs="+",
                     choices=("diffuse", "sharp", "random_walk", "varying_norm"),
                     default=["diffuse", "sharp", "random_walk", "varying_norm"])

@@ -15,6 +15,8 @@ matplotlib.use("Agg")  # files only: benchmarks run headless, also on GPU hosts.
 import matplotlib.pyplot as plt  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from spectral_jax.attention import BASELINE  # noqa: E402
+
 # 1000 faults is 4 MiB of fresh 4 KiB pages per call, several ms of kernel time on CPU.
 FAULT_NOTE_THRESHOLD = 1000
 
@@ -156,7 +158,7 @@ def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
         timed = [(n, r["time_s"]) for n, r in pts if r.get("time_s")]
         sized = [(n, r["peak_bytes"] / 2**20) for n, r in pts
                  if r.get("peak_bytes") is not None and not r.get("skipped")]
-        style = dict(marker="o", linewidth=2.5 if method == "softmax" else 1.5)
+        style = dict(marker="o", linewidth=2.5 if method == BASELINE else 1.5)
         if timed:
             ax_t.plot(*zip(*timed), label=method, **style)
         if sized:
