@@ -94,7 +94,8 @@ def _speed(args: argparse.Namespace) -> int:
         **budgets,
     )
     records = speed.add_ratios(records)
-    config = {k: v for k, v in vars(args).items() if k != "func"}
+    config = {k: v for k, v in vars(args).items() if k not in ("func", "budget")}
+    config.update(budgets)  # e.g. "num_landmarks": 64, as the flags gave them
     config["memory_budget_bytes"] = budget
     title = (f"bench speed: batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}, "
              f"{args.dtype}"
