@@ -15,7 +15,7 @@ import numpy as np
 from flax import nnx
 
 from spectral_jax.train import checkpoint as checkpoint_lib
-from spectral_jax.train import distributed, optim, steps as steps_lib
+from spectral_jax.train import distributed, optim, run_stats, steps as steps_lib
 from spectral_jax.train.config_lib import validate_config
 from spectral_jax.train.progress import Reporter
 from spectral_jax.train.writers import MetricWriter
@@ -113,7 +113,10 @@ def train_and_evaluate(
     Returns:
         The contents of ``results.json``: ``test_accuracy`` (best-validation checkpoint),
         ``final_test_accuracy``, ``majority_baseline``, ``best_step``, ``steps``,
-        ``wall_time_s``, throughput, ``compiles`` and the resolved ``config``.
+        ``wall_time_s``, ``num_params``, the training rate (``examples_per_s``,
+        ``tokens_per_s``, ``steps_per_s``: median over the logged windows after the first),
+        ``train_step_peak_bytes`` (the compiled train step's peak memory per device), ``compiles``
+        and the resolved ``config``.
 
     Raises:
         ValueError: invalid config (unknown task, method or protocol; batch size not divisible
@@ -151,10 +154,11 @@ def train_and_evaluate(
         # Tracing one step (no compile) raises model and attention errors (heads not
         # dividing qkv_dim, bad method parameters) before the workdir is claimed, so the
         # fixed command can rerun in the same workdir.
-        jax.eval_shape(step_fns.train, rng_state, state, distributed.global_batch(
+        probe = distributed.global_batch(
             next(data_lib.iterate_batches(task.splits["train"], train_cfg.batch_size,
                                           shuffle=False)),
-            batch_sharding))
+            batch_sharding)
+        jax.eval_shape(step_fns.train, rng_state, state, probe)
         if is_main:
             _write_workdir(workdir, config, overwrite=overwrite)
         ckpt = checkpoint_lib.Checkpointer(
@@ -174,6 +178,12 @@ def train_and_evaluate(
             results = _final_evaluation(
                 config, task, step_fns, rng_state, state, meta, ckpt, eval_batch_size,
                 batch_sharding,
+            )
+            # The cost side of the result (what a sweep's table compares methods on).
+            results.update(
+                **run_stats.training_throughput(workdir, train_cfg.batch_size),
+                train_step_peak_bytes=run_stats.step_peak_bytes(
+                    step_fns.train, rng_state, state, probe),
             )
         finally:
             reporter.close()
