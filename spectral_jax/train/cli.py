@@ -182,8 +182,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
-    from spectral_jax.train.sweep import write_outputs
-    from spectral_jax.train.table import load_results, markdown_table, summary_json
+    from spectral_jax.train.table import load_results, markdown_table, summary_json, write_outputs
 
     try:
         results = load_results(args.runs)

@@ -19,7 +19,6 @@ the accelerator. ``--in-process`` runs them in this process instead (tests, debu
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import json
@@ -33,7 +32,7 @@ from typing import Any, Callable
 LOG_FILE = "train.log"
 TABLE_MD, TABLE_JSON, PLOT_PNG, SWEEP_JSON = (
     "table.md", "table.json", "accuracy_vs_throughput.png", "sweep.json")
-_USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotImplementedError, KeyError)
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotImplementedError, KeyError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +164,7 @@ def run_sweep(
     for run in runs:
         try:
             configs[run.name] = _load(run)
-        except _USER_ERRORS as e:
+        except USER_ERRORS as e:
             configs[run.name] = e
     stale = [(run, why) for run in runs if not isinstance(configs[run.name], Exception)
              and (why := _config_mismatch(run.workdir, configs[run.name]))]
@@ -245,30 +244,11 @@ def write_tables(workdir: str, *, say: Callable[[str], None] = print) -> dict[st
         return {}
     text = table_lib.markdown_table(results)
     summary = table_lib.summary_json(results)
-    write_outputs(text, summary, os.path.join(workdir, TABLE_MD),
-                  os.path.join(workdir, TABLE_JSON), os.path.join(workdir, PLOT_PNG))
+    table_lib.write_outputs(text, summary, os.path.join(workdir, TABLE_MD),
+                            os.path.join(workdir, TABLE_JSON), os.path.join(workdir, PLOT_PNG))
     say(text)
     say(f"wrote {os.path.join(workdir, TABLE_MD)}, {TABLE_JSON} and {PLOT_PNG}")
     return summary
-
-
-def write_outputs(text: str, summary: dict[str, Any], md: str | None, json_path: str | None,
-                  png: str | None) -> None:
-    """Writes the Markdown, the JSON summary and the plot (each skipped when its path is None).
-
-    Example:
-        >>> write_outputs("x", {"groups": []}, None, None, None)
-    """
-    if md:
-        with open(md, "w") as f:
-            f.write(text)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(summary, f, indent=2)
-    if png:
-        from spectral_jax.train.table_plot import plot_accuracy_vs_throughput
-
-        plot_accuracy_vs_throughput(summary["groups"], png)
 
 
 def _load(run: SweepRun):
@@ -291,16 +271,12 @@ def _config_mismatch(workdir: str, config) -> str | None:
     wanted["data"]["dir"] = os.path.abspath(wanted["data"]["dir"])
     if existing == wanted:
         return None
-    flat_old, flat_new = _flatten(existing), _flatten(wanted)
-    key = next(k for k in sorted(set(flat_old) | set(flat_new))
-               if flat_old.get(k, "<missing>") != flat_new.get(k, "<missing>"))
-    return f"{key}: {flat_old.get(key, '<missing>')!r} there, {flat_new.get(key, '<missing>')!r} now"
+    from spectral_jax.train.table import flatten
 
-
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        return {prefix.rstrip("."): tree}
-    return {k: v for key, value in tree.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    old, new = flatten(existing), flatten(wanted)
+    key = next(k for k in sorted(set(old) | set(new))
+               if old.get(k, "<missing>") != new.get(k, "<missing>"))
+    return f"{key}: {old.get(key, '<missing>')!r} there, {new.get(key, '<missing>')!r} now"
 
 
 def _train_here(config, workdir: str, *, overwrite: bool) -> str | None:
@@ -311,7 +287,7 @@ def _train_here(config, workdir: str, *, overwrite: bool) -> str | None:
         train_and_evaluate(config, workdir, overwrite=overwrite)
     except TrainingDiverged as e:
         return f"diverged: {e}"
-    except _USER_ERRORS as e:
+    except USER_ERRORS as e:
         return f"config error: {type(e).__name__}: {e}"
     except Exception as e:  # noqa: BLE001 - e.g. XLA out of memory; one run, not the sweep
         return f"crashed: {type(e).__name__}: {e}"
@@ -328,13 +304,22 @@ def _train_subprocess(run: SweepRun, *, overwrite: bool) -> str | None:
     tail: collections.deque[str] = collections.deque(maxlen=40)
     with open(os.path.join(run.workdir, LOG_FILE), "a") as log:
         log.write(f"$ {' '.join(command)}\n")
+        # Unbuffered: the run's lines reach the sweep's output as they are printed.
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, bufsize=1)
-        for line in process.stdout:
-            log.write(line)
-            tail.append(line.rstrip("\n"))
-            sys.stdout.write(f"    {line}")
-            sys.stdout.flush()
+                                   text=True, bufsize=1,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            for line in process.stdout:
+                log.write(line)
+                tail.append(line.rstrip("\n"))
+                sys.stdout.write(f"    {line}")
+                sys.stdout.flush()
+        except BaseException:
+            # Ctrl-C reaches the whole process group, but a signal sent to the sweep alone
+            # must not leave its run training in the background.
+            process.terminate()
+            process.wait()
+            raise
         code = process.wait()
     return failure_reason(code, list(tail))
 
@@ -352,8 +337,8 @@ def failure_reason(code: int, output: list[str]) -> str | None:
     Example:
         >>> failure_reason(2, ["...", "error: train.steps=0 must be a positive int"])
         'config error (exit status 2): error: train.steps=0 must be a positive int'
-        >>> failure_reason(-9, ["step 10: loss 2.3"])
-        'killed by signal 9 (SIGKILL: often the out-of-memory killer); last output: step 10: loss 2.3'
+        >>> failure_reason(-9, ["step 10: loss 2.3"])[:60]
+        'killed by signal 9 (SIGKILL: often the out-of-memory killer)'
     """
     if code == 0:
         return None
@@ -403,44 +388,3 @@ def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Registers ``sweep`` on the ``spectral-jax`` dispatcher."""
-    from spectral_jax.train.cli import _accept_config_overrides
-
-    sweep = subparsers.add_parser(
-        "sweep", help="train and tabulate every (method, seed) of a config",
-        description="Trains and evaluates each (method, seed) pair in DIR/<method>-seed<k>, "
-        "skipping finished runs and resuming interrupted ones; a failed run is recorded with "
-        "its reason and the others go on. Writes DIR/table.md, DIR/table.json and "
-        "DIR/accuracy_vs_throughput.png (the same as `spectral-jax table DIR/*`). Extra "
-        "--config.FIELD=VALUE arguments override config fields of every run.",
-    )
-    sweep.add_argument("--config", required=True,
-                       help="FILE.py[:ARG], e.g. configs/lra/image.py:quick (without attention=)")
-    sweep.add_argument("--attention", required=True,
-                       help="comma-separated registry names, or 'all'")
-    sweep.add_argument("--seeds", nargs="+", type=int, default=[0])
-    sweep.add_argument("--workdir", required=True, help="the sweep folder")
-    sweep.add_argument("--in-process", action="store_true",
-                       help="train in this process instead of one process per run")
-    sweep.add_argument("--overwrite", action="store_true",
-                       help="replace run folders that hold a run with a different config")
-    sweep.set_defaults(func=_sweep, config_overrides=[])
-    _accept_config_overrides(sweep)
-
-
-def _sweep(args: argparse.Namespace) -> int:
-    try:
-        methods = parse_methods(args.attention)
-        summary = run_sweep(args.config, methods, args.seeds, args.workdir,
-                            args.config_overrides, in_process=args.in_process,
-                            overwrite=args.overwrite)
-    except _USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\nsweep interrupted; the same command resumes it", file=sys.stderr)
-        return 130
-    return 0 if all(r["status"] != "failed" for r in summary["runs"]) else 1

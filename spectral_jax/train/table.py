@@ -222,12 +222,18 @@ def _group_key(r: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True)
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as ``{"a.b": value}``.
+
+    Example:
+        >>> flatten({"train": {"steps": 5}, "seed": 0})
+        {'train.steps': 5, 'seed': 0}
+    """
     if not isinstance(tree, dict):
         return {prefix.rstrip("."): tree}
     out: dict[str, Any] = {}
     for key, value in tree.items():
-        out.update(_flatten(value, f"{prefix}{key}."))
+        out.update(flatten(value, f"{prefix}{key}."))
     return out
 
 
@@ -239,7 +245,7 @@ def _disambiguate(summaries: list[dict[str, Any]]) -> None:
     for clash in by_label.values():
         if len(clash) < 2:
             continue
-        flat = [_flatten({k: v for k, v in (s["config"] or {}).items() if k != "seed"})
+        flat = [flatten({k: v for k, v in (s["config"] or {}).items() if k != "seed"})
                 for s in clash]
         keys = sorted({k for f in flat for k in f if len({json.dumps(g.get(k)) for g in flat}) > 1})
         for s, f in zip(clash, flat):
@@ -287,3 +293,22 @@ def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def write_outputs(text: str, summary: dict[str, Any], md: str | None, json_path: str | None,
+                  png: str | None) -> None:
+    """Writes the Markdown, the JSON summary and the plot (each skipped when its path is None).
+
+    Example:
+        >>> write_outputs("x", {"groups": []}, None, None, None)
+    """
+    if md:
+        with open(md, "w") as f:
+            f.write(text)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(summary, f, indent=2)
+    if png:
+        from spectral_jax.train.table_plot import plot_accuracy_vs_throughput
+
+        plot_accuracy_vs_throughput(summary["groups"], png)
