@@ -6,6 +6,7 @@ import pathlib
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only: sweeps run headless.
 
@@ -56,6 +57,10 @@ def plot_accuracy_vs_throughput(
                     fontsize=8)
     if points:
         ax.set_xscale("log")
+        plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(plain)
+        ax.margins(x=0.15, y=0.1)  # room for the labels right of the points
     if len(tasks) > 1:
         handles, labels = ax.get_legend_handles_labels()
         unique = dict(zip(labels, handles))
