@@ -22,6 +22,7 @@ _SUBCOMMANDS = {
     "train": "spectral_jax.train.cli",
     "eval": "spectral_jax.train.cli",
     "table": "spectral_jax.train.cli",
+    "sweep": "spectral_jax.train.sweep_cli",
     "data": "spectral_jax.data.cli",
     "bench": "spectral_jax.bench.cli",
 }

@@ -131,3 +131,17 @@ def test_notes_name_skips_and_flag_page_faults_only_above_the_threshold():
     assert len(notes) == 2 and notes[1].startswith(
         "1 timed configuration took >= 1000 page faults per call (most: nystrom fwd_bwd at "
         "n=16384, 18,070)")
+
+
+def test_exact_implementations_are_benchmarked_next_to_the_methods():
+    recs = speed.run_speed(methods=["linear"], lengths=[16], modes=["fwd"], run=False,
+                           exact_implementations=["xla", "cudnn"], **SMALL)
+    by_method = {r["method"]: r for r in recs}
+    assert list(by_method) == ["softmax", "linear", "softmax[xla]", "softmax[cudnn]"]
+    # The XLA backend computes the same matrix as the default path: same buffers.
+    assert by_method["softmax[xla]"]["skipped"] is None
+    assert by_method["softmax[xla]"]["peak_bytes"] == by_method["softmax"]["peak_bytes"]
+    if jax.default_backend() == "cpu":  # cuDNN needs a GPU: skipped, saying why
+        assert by_method["softmax[cudnn]"]["skipped"].startswith("does not compile at n=16")
+    with pytest.raises(ValueError, match=r"`exact_implementations`: 'flash' is not one of"):
+        speed.run_speed(methods=["linear"], lengths=[16], exact_implementations=["flash"])

@@ -97,6 +97,14 @@ def test_fashion_idx_round_trip_and_zero_pixel_flag(tmp_path) -> None:
     masked = data.load_task("image", tmp_path, source="fashion_mnist", mask_zero_pixels=True)
     assert masked.splits["train"].mask[0, :3].tolist() == [False] * 3
     np.testing.assert_array_equal(masked.splits["test"].mask, masked.splits["test"].inputs != 0)
+    first = data.load_task("image", tmp_path, source="fashion_mnist", test_examples=3)
+    assert [len(s) for s in first.splits.values()] == [18, 2, 3]
+    np.testing.assert_array_equal(first.splits["test"].inputs,
+                                  arrays["test_images"][:3].reshape(3, -1))
+    np.testing.assert_array_equal(first.splits["test"].labels, arrays["test_labels"][:3])
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=r"test_examples must be a positive int or None"):
+            data.load_task("image", tmp_path, source="fashion_mnist", test_examples=bad)
 
 
 def test_idx_wrong_magic_and_size_name_the_file(tmp_path) -> None:

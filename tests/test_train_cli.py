@@ -112,11 +112,26 @@ def test_markdown_table_layout():
     lines = markdown_table(rows).splitlines()
     assert lines[0] == "| Model | ListOps | Text | Avg |"
     assert lines[2] == "| softmax (lra) | 37.00 | 65.00 | 51.00 |"
-    assert lines[3] == "| nystrom (lra) | 37.00 (n=2) | – | 37.00 |"
-    assert lines[7] == ("| runs/listops_softmax_0 | ListOps | softmax | lra | 0 | 37.00 | 36.00 "
-                        "| 10.00 | 5000 | 1h02m |")
+    assert lines[3] == "| nystrom (lra) | 37.00 ± 1.41 (n=2) | – | 37.00 |"
+    assert ("| runs/listops_softmax_0 | ListOps | softmax | lra | 0 | 37.00 | 36.00 "
+            "| 10.00 | 5000 | 1h02m |") in lines
     with pytest.raises(ValueError, match="results is empty"):
         markdown_table([])
+
+
+def test_table_groups_only_runs_that_differ_in_the_seed():
+    def run(seed, steps, acc, rate):
+        config = {"seed": seed, "task": "listops", "train": {"steps": steps, "batch_size": 32}}
+        return {**_result("listops", "nystrom", acc, seed=seed), "config": config,
+                "run": f"r{steps}_{seed}", "examples_per_s": rate, "steps_per_s": rate / 32,
+                "train_step_peak_bytes": 3 * 2**20, "num_params": 1000}
+
+    rows = [run(0, 100, 0.30, 90.0), run(1, 100, 0.40, 110.0), run(0, 200, 0.50, 100.0)]
+    lines = markdown_table(rows).splitlines()
+    assert lines[2] == "| nystrom (lra) [train.steps=100] | 35.00 ± 7.07 (n=2) | 35.00 |"
+    assert lines[3] == "| nystrom (lra) [train.steps=200] | 50.00 | 50.00 |"
+    assert lines[7] == ("| ListOps | nystrom (lra) [train.steps=100] | 2 | 35.00 ± 7.07 (n=2) "
+                        "| 100.0 ± 14.1 | 3.12 | 3.0 MiB | 1,000 | 1h02m |")
 
 
 def test_table_command_reads_runs(tmp_path, capsys):

@@ -108,7 +108,7 @@ def write_cifar(root: Path) -> Path:
 TASK_DATA = {
     "text": (write_text, ["data.options.max_length=32", "model.max_length=32"]),
     "retrieval": (write_retrieval, ["data.options.max_length=24", "model.max_length=24"]),
-    "image": (write_cifar, ["data.options.source='cifar10'"]),
+    "image": (write_cifar, ["data.options.source='cifar10'", "model.max_length=1024"]),
     "pathfinder": (
         lambda d: data.pathfinder.generate(d, resolution=32, num_images=40, seed=0) and d, []
     ),

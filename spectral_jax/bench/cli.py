@@ -89,9 +89,10 @@ def _speed(args: argparse.Namespace) -> int:
                          f"method; known: {', '.join(speed.budget_parameters())}")
     records = speed.run_speed(
         methods=args.methods, lengths=args.lengths, batch=args.batch, heads=args.heads,
-        head_dim=args.head_dim, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup, memory_budget_bytes=budget, modes=args.modes,
-        head_chunk_size=args.head_chunk_size, run=not args.compile_only, progress=console.print,
-        **budgets,
+        head_dim=args.head_dim, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup,
+        memory_budget_bytes=budget, modes=args.modes, head_chunk_size=args.head_chunk_size,
+        exact_implementations=args.exact_impls, run=not args.compile_only,
+        progress=console.print, **budgets,
     )
     records = speed.add_ratios(records)
     config = {k: v for k, v in vars(args).items() if k not in ("func", "budget")}
@@ -202,6 +203,10 @@ def add_parser(subparsers: Any) -> None:
     sp.add_argument("--head-chunk-size", type=int, default=None,
                     help="(example, head) slices per step for the approximate methods; "
                          "default: about 4096 tokens' worth on CPU for long inputs, else all")
+    sp.add_argument("--exact-impls", nargs="+", choices=("xla", "cudnn"), default=[],
+                    help="also time exact attention with these jax.nn.dot_product_attention "
+                         "implementations, as softmax[xla] / softmax[cudnn] (cuDNN: GPU, "
+                         "16-bit inputs; skipped with the reason where unavailable)")
     sp.add_argument("--compile-only", action="store_true",
                     help="compile and report memory without timing anything")
     sp.add_argument("--out", default="bench_speed", help="writes OUT.json and OUT.png")

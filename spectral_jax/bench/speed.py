@@ -31,6 +31,9 @@ Array = jax.Array
 MODES = ("fwd", "fwd_bwd")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 EXACT = BASELINE
+# `jax.nn.dot_product_attention` backends that can be timed next to the methods, as
+# "softmax[xla]" / "softmax[cudnn]" (cuDNN: fused flash attention, GPU only, 16-bit inputs).
+EXACT_IMPLEMENTATIONS = ("xla", "cudnn")
 
 
 # XLA's CPU buffer assignment undercounts what its runtime really holds: exact attention
@@ -110,7 +113,8 @@ def peak_bytes(compiled: jax.stages.Compiled) -> int:
 
 
 def benchmark_function(
-    name: str, mode: str, budget: int | None, head_chunk_size: int | None = None
+    name: str, mode: str, budget: int | None, head_chunk_size: int | None = None,
+    implementation: str | None = None,
 ) -> Callable[..., Any]:
     """The function ``bench speed`` times: forward, or forward + gradient w.r.t. q, k, v.
 
@@ -120,6 +124,8 @@ def benchmark_function(
       budget: num_landmarks for landmark methods; other budgets live in the state.
       head_chunk_size: passed to every method but exact softmax (None: the method's default,
         which depends on the backend).
+      implementation: exact softmax only: ``jax.nn.dot_product_attention``'s backend
+        (``"xla"``, ``"cudnn"``; None lets JAX choose).
 
     Returns:
       ``f(query, key, value, state)``; for ``"fwd_bwd"`` it returns the three gradients of
@@ -140,6 +146,11 @@ def benchmark_function(
     takes_chunks = "head_chunk_size" in inspect.signature(get_attention_spec(name).fn).parameters
     static = {} if not takes_chunks or head_chunk_size is None else {
         "head_chunk_size": head_chunk_size}
+    if implementation is not None:
+        if name != EXACT or implementation not in EXACT_IMPLEMENTATIONS:
+            raise ValueError(f"`implementation` {implementation!r} applies to {EXACT!r} only and "
+                             f"must be one of {EXACT_IMPLEMENTATIONS}; got it for {name!r}.")
+        static["implementation"] = implementation
     fn = methods_lib.bind(name, budget, **static)
     if mode == "fwd":
         return fn
@@ -176,6 +187,7 @@ def run_speed(
     memory_budget_bytes: int | None = None,
     modes: Sequence[str] = MODES,
     head_chunk_size: int | None = None,
+    exact_implementations: Sequence[str] = (),
     run: bool = True,
     progress: Callable[[str], None] | None = None,
     **budgets: int,
@@ -199,6 +211,10 @@ def run_speed(
       head_chunk_size: (example, head) slices per step for the approximate methods; None
         uses each method's default (about 4096 tokens' worth per step on CPU for long inputs,
         else all at once).
+      exact_implementations: also time exact attention with these
+        ``jax.nn.dot_product_attention`` backends (``EXACT_IMPLEMENTATIONS``), recorded as
+        methods ``"softmax[xla]"`` / ``"softmax[cudnn]"``; one that does not compile here
+        (cuDNN without a GPU, or with float32) is skipped with the reason.
       run: if False only compile and read memory (no timing); used by tests and dry runs.
       progress: called with one line per event (skips included).
       **budgets: a value per budget parameter of the registry (see
@@ -247,6 +263,12 @@ def run_speed(
         raise ValueError(f"`warmup` must be an int >= 0; got {warmup!r}.")
     if head_chunk_size is not None:
         _check_positive("head_chunk_size", head_chunk_size)
+    exact_implementations = tuple(dict.fromkeys(exact_implementations))
+    for impl in exact_implementations:
+        if impl not in EXACT_IMPLEMENTATIONS:
+            raise ValueError(f"`exact_implementations`: {impl!r} is not one of "
+                             f"{EXACT_IMPLEMENTATIONS}.")
+    entries = [(name, None) for name in methods] + [(EXACT, i) for i in exact_implementations]
     if memory_budget_bytes is None:
         memory_budget_bytes = default_memory_budget_bytes()
     _check_positive("memory_budget_bytes", memory_budget_bytes)
@@ -257,25 +279,32 @@ def run_speed(
     plan: list[tuple[dict[str, Any], jax.stages.Compiled | None, dict[str, Array]]] = []
     for n in lengths:
         spec = jax.ShapeDtypeStruct((batch, n, heads, head_dim), jdtype)
-        for name in methods:
+        for name, impl in entries:
+            label = name if impl is None else f"{name}[{impl}]"
             budget = _budget(name, budgets)
             state = methods_lib.make_state(name, jax.random.key(0), budget=budget, length=n,
                                            head_dim=head_dim)
             state_spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state)
+            # A backend JAX cannot use here fails in its own way (cuDNN: RuntimeError or
+            # NotImplementedError); the methods' own failures are ValueErrors.
+            expected = ValueError if impl is None else (ValueError, RuntimeError,
+                                                        NotImplementedError, TypeError)
             for mode in modes:
                 record: dict[str, Any] = {
-                    "method": name, "length": n, "mode": mode, "budget": budget,
+                    "method": label, "length": n, "mode": mode, "budget": budget,
                     "peak_bytes": None, "temp_bytes": None, "time_s": None, "times_s": [],
                     "skipped": None, "compile_s": None, "minor_faults_per_call": None,
                 }
                 start = time.perf_counter()
                 try:
                     compiled = jax.jit(benchmark_function(
-                        name, mode, budget, head_chunk_size)).lower(
+                        name, mode, budget, head_chunk_size, impl)).lower(
                         spec, spec, spec, state_spec).compile()
-                except ValueError as err:  # e.g. a budget larger than this length allows
-                    record["skipped"] = f"does not compile at n={n}: {err}"
-                    say(f"skip {name} {mode} n={n}: {record['skipped']}")
+                except expected as err:  # e.g. a budget larger than this length allows
+                    first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                    record["skipped"] = (f"does not compile at n={n}: "
+                                         f"{type(err).__name__}: {first_line[:300]}")
+                    say(f"skip {label} {mode} n={n}: {record['skipped']}")
                     plan.append((record, None, state))
                     continue
                 record["compile_s"] = time.perf_counter() - start
@@ -286,7 +315,7 @@ def run_speed(
                         f"needs {record['peak_bytes'] / 2**30:.2f} GiB > budget "
                         f"{memory_budget_bytes / 2**30:.2f} GiB"
                     )
-                    say(f"skip {name} {mode} n={n}: {record['skipped']}")
+                    say(f"skip {label} {mode} n={n}: {record['skipped']}")
                     compiled = None
                 plan.append((record, compiled, state))
 

@@ -208,7 +208,8 @@ def _load_fashion(folder: Path) -> tuple[dict, int]:
 
 
 def load(
-    data_dir: str | os.PathLike, *, source: str = "auto", mask_zero_pixels: bool = False
+    data_dir: str | os.PathLike, *, source: str = "auto", mask_zero_pixels: bool = False,
+    test_examples: int | None = None,
 ) -> Task:
     """Loads the Image task: CIFAR-10 grayscale (1024 tokens) or Fashion-MNIST (784).
 
@@ -223,13 +224,17 @@ def load(
         source: "auto", "cifar10" or "fashion_mnist".
         mask_zero_pixels: if True, mask = pixel != 0 (LRA's quirk: black pixels treated
             as padding); default False: every pixel is a valid token.
+        test_examples: keep only the first this many test images (None: all). The CPU
+            preset evaluates on 2,000 of Fashion-MNIST's 10,000, whose first 2,000 hold
+            188-219 images of each class.
 
     Returns:
         Task "image": inputs int32 [N, 1024 or 784] in 0..255, vocab 256, 10 classes.
 
     Raises:
         FileNotFoundError: if the chosen source's files are missing.
-        ValueError: on an unknown `source` or a malformed file (named in the message).
+        ValueError: on an unknown `source`, a non-positive `test_examples` or a malformed
+            file (named in the message).
 
     Example:
         >>> t = load("/nonexistent", source="fashion_mnist")  # doctest: +SKIP
@@ -240,6 +245,11 @@ def load(
         raise ValueError(f"image: source must be one of {SOURCES}, got {source!r}")
     if not isinstance(mask_zero_pixels, bool):
         raise TypeError(f"image: mask_zero_pixels must be a bool, got {mask_zero_pixels!r}")
+    if test_examples is not None and (
+            isinstance(test_examples, bool)
+            or not isinstance(test_examples, (int, np.integer)) or test_examples < 1):
+        raise ValueError(f"image: test_examples must be a positive int or None, got "
+                         f"{test_examples!r}")
     data_dir = Path(data_dir)
     cifar = _find_cifar(data_dir) if source in ("auto", "cifar10") else None
     fashion = _find_fashion(data_dir) if source in ("auto", "fashion_mnist") and not cifar else None
@@ -264,6 +274,9 @@ def load(
         raise FileNotFoundError(
             f"image ({source}): data not found; expected " + "; or ".join(wanted[n] for n in names)
         )
+    if test_examples is not None:
+        pixels, labels = parts["test"]
+        parts["test"] = (pixels[:int(test_examples)], labels[:int(test_examples)])
     splits = {}
     for split, (pixels, labels) in parts.items():
         inputs = pixels.astype(np.int32)

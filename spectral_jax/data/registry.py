@@ -92,7 +92,8 @@ def load_task(name: str, data_dir: str | os.PathLike, **options: object) -> Task
 
     Options (all optional): listops `max_length=2000`; text `max_length=4000,
     val_fraction=0.1, seed=0`; retrieval `max_length=4000` (per document); image
-    `source="auto"|"fashion_mnist"|"cifar10", mask_zero_pixels=False`; pathfinder /
+    `source="auto"|"fashion_mnist"|"cifar10", mask_zero_pixels=False,
+    test_examples=None`; pathfinder /
     pathx `resolution=32 / 128, difficulty="curv_contour_length_14",
     mask_zero_pixels=False, skip_unreadable=False`. See each task module's `load`.
 

@@ -111,6 +111,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     table = subparsers.add_parser("table", help="Markdown table of finished runs")
     table.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    table.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    table.add_argument("--plot", default=None,
+                       help="also write test accuracy vs training examples/s to this PNG")
     table.set_defaults(func=_table)
 
 
@@ -166,7 +169,10 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
-    from spectral_jax.train.table import load_results, markdown_table
+    from spectral_jax.train.table import load_results, markdown_table, summary_json, write_outputs
 
-    print(markdown_table(load_results(args.runs)), end="")
+    results = load_results(args.runs)
+    text = markdown_table(results)
+    print(text, end="")
+    write_outputs(text, summary_json(results), None, args.json, args.plot)
     return 0

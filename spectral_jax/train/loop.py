@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 
 from spectral_jax import _checks, data
-from spectral_jax.train import distributed
+from spectral_jax.train import distributed, run_stats
 from spectral_jax.train import run as run_lib
 from spectral_jax.train.progress import Reporter
 # Re-exported: the run's files and set-up have lived here since the first release.
@@ -60,7 +60,10 @@ def train_and_evaluate(
     Returns:
         The contents of ``results.json``: ``test_accuracy`` (best-validation checkpoint),
         ``final_test_accuracy``, ``majority_baseline``, ``best_step``, ``steps``,
-        ``wall_time_s``, throughput, ``compiles`` and the resolved ``config``.
+        ``wall_time_s``, ``num_params``, the training rate (``examples_per_s``,
+        ``tokens_per_s``, ``steps_per_s``: median over the logged windows after the first),
+        ``train_step_peak_bytes`` (the compiled train step's peak memory per device), ``compiles``
+        and the resolved ``config``.
 
     Raises:
         ValueError: invalid config (unknown task, method or protocol; batch size not divisible
@@ -88,6 +91,15 @@ def train_and_evaluate(
         try:
             state, meta = _train(run, state, meta, start_step or 0, writer, reporter)
             results = _final_evaluation(run, state, meta)
+            # The cost side of the result (what a sweep's table compares methods on).
+            probe = distributed.global_batch(
+                next(data.iterate_batches(run.task.splits["train"], config.train.batch_size,
+                                          shuffle=False)), run.batch_sharding)
+            results.update(
+                **run_stats.training_throughput(workdir, config.train.batch_size),
+                train_step_peak_bytes=run_stats.step_peak_bytes(
+                    run.setup.steps.train, run.setup.rng_state, state, probe),
+            )
         finally:
             reporter.close()
             writer.close()

@@ -1,0 +1,45 @@
+"""``benchmarks/gpu_check.sh --smoke``: the GPU check's every part, at tiny sizes on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from spectral_jax.attention import available_attentions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_smoke_writes_every_part(tmp_path):
+    out = tmp_path / "gpu"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
+           "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+    done = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_check.sh"), str(out), "--smoke"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+    env_json = json.loads((out / "environment.json").read_text())
+    assert env_json["backend"] == "cpu" and env_json["jax"]
+    # On CPU long inputs are split into head chunks; on GPU the same call takes all 8 at once.
+    assert env_json["head_chunk_size_default"] == {"1024": 8, "65536": 1}
+    assert env_json["all_heads_at_once"] is False
+
+    for dtype in ("bfloat16", "float32"):
+        records = json.loads((out / f"speed_{dtype}.json").read_text())["records"]
+        timed = {(r["method"], r["mode"]) for r in records if r["time_s"] and r["time_s"] > 0}
+        for method in (*available_attentions(), "softmax[xla]"):
+            assert {(method, "fwd"), (method, "fwd_bwd")} <= timed, (dtype, method)
+        cudnn = [r for r in records if r["method"] == "softmax[cudnn]"]
+        assert len(cudnn) == 2 and all("does not compile" in r["skipped"] for r in cudnn)
+        assert {r["length"] for r in records} == {64}
+
+    train = json.loads((out / "train_listops.json").read_text())
+    assert train["stopped_by"] == "steps"
+    assert train["examples_per_s"] > 0 and train["train_step_peak_bytes"] > 0
+    assert train["results"]["attention"] == "spectral_shift"
+    assert train["results"]["test_examples"] == 8
+    summary = json.loads((out / "gpu_check.json").read_text())
+    assert set(summary["parts"]) == {"environment", "train_listops", "speed"}
+    assert summary["speed"]["left_out"] == [] and summary["speed"]["errors"] == []
