@@ -33,10 +33,10 @@ def _sampled_rows(diag_valid: Array, shift: str, num_samples: int) -> Array:
 def _trace_softmax(diag: Array, diag_valid: Array, rows: Array, shift: str) -> Array:
     """tr S over the valid diagonal from S_ii at ``rows``: their sum, or n_valid times their mean.
 
-    The estimate is n_valid times the mean of S_ii over ``num_samples`` rows spread evenly
-    over the valid tokens (a stratified sample), each S_ii with its exact row normaliser, so
-    it costs the same O(n·m·d) as one landmark kernel and is exact whenever the diagonal is
-    constant (near-identity or uniform attention).
+    The estimate is n_valid times the mean of S_ii over m rows spread evenly over the valid
+    tokens (a stratified sample), each S_ii with its exact row normaliser, so it costs the
+    same O(n·m·d) as one landmark kernel and is exact whenever the diagonal is constant
+    (near-identity or uniform attention).
     """
     sample = jnp.where(diag_valid[rows], diag, 0.0)
     if shift == "exact":
