@@ -156,6 +156,46 @@ def test_spectral_shift_matches_numpy_closed_form():
         delta, rtol=1e-10)
 
 
+def _shift_reference(q, k, v, m, iterations=6):
+    """The defining formula, dense and unfused, one head, no padding, in q's dtype (autodiff)."""
+    n, d = q.shape
+    q = q / np.sqrt(d)
+    q_lm, k_lm = q.reshape(m, n // m, d).mean(1), k.reshape(m, n // m, d).mean(1)
+    f, a, b = (jax.nn.softmax(x @ y.T, axis=-1) for x, y in ((q, k_lm), (q_lm, k_lm), (q_lm, k)))
+    z = a.T / (jnp.abs(a).sum(0).max() * jnp.abs(a).sum(1).max())
+    eye = jnp.eye(m, dtype=a.dtype)
+    for _ in range(iterations):
+        az = a @ z
+        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+    rows = (np.arange(m) * 2 + 1) * n // (2 * m)
+    trace_s = n * jnp.mean(jax.nn.softmax(q[rows] @ k.T, axis=-1)[np.arange(m), rows])
+    trace_nystrom = jnp.trace(f @ z @ b)
+    delta = jnp.clip((trace_s - trace_nystrom) / (n - trace_nystrom), 0.0, 1.0)
+    return (1 - delta) * f @ z @ b @ v + delta * v, delta
+
+
+def test_spectral_shift_outputs_and_gradients_match_float64_formula():
+    # δ strictly inside (0, 1), so the gradient through tr S and tr(F Z B) counts.
+    q, k, v = _sharp(11, n=64, d=8, norm=1.0)
+    q = q + 0.5 * jax.random.normal(jax.random.key(13), q.shape, jnp.float64)
+    g = jax.random.normal(jax.random.key(12), v.shape, jnp.float64)
+    ref_out, delta = _shift_reference(_np(q), _np(k), _np(v), 8)
+    assert 0.05 < float(delta) < 0.95
+
+    def loss_ref(q, k, v):
+        return jnp.sum(_np(g) * _shift_reference(q, k, v, 8)[0])
+
+    def loss(q, k, v):
+        return jnp.sum(g.astype(jnp.float32) * sa.spectral_shift_attention(q, k, v, num_landmarks=8))
+
+    ref_grads = jax.grad(loss_ref, argnums=(0, 1, 2))(_np(q), _np(k), _np(v))
+    q32, k32, v32 = (x.astype(jnp.float32) for x in (q, k, v))
+    out = sa.spectral_shift_attention(q32, k32, v32, num_landmarks=8)
+    grads = jax.grad(loss, argnums=(0, 1, 2))(q32, k32, v32)
+    for got, want in zip((out, *grads), (ref_out, *ref_grads)):
+        np.testing.assert_allclose(_np(got), want, rtol=0, atol=2e-5 * float(jnp.abs(want).max()))
+
+
 def test_spectral_shift_on_identity_attention_is_exact():
     # q = k with huge norms: S = I to float64 precision, tr S = n, δ = 1, and the output is V
     # whatever the landmarks; the pre-(1 − δ) form F(Z − δF⁺B⁺)B + δI missed this by 3-12%.

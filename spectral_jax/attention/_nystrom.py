@@ -61,16 +61,17 @@ def check_landmark_args(
 
 
 def landmark_values(
-    kern: LandmarkKernels, z: Array, v: Array, k_valid: Array, num_landmarks: int
+    kern: LandmarkKernels, z: Array, v: Array, k_valid: Array, num_landmarks: int,
+    bv: Array | None = None,
 ) -> Array:
     """Z(BV), the (m, d) right factor of F Z B V; exact values when every key is a landmark.
 
     With n_valid keys ≤ m, each valid key is its own landmark and F is exactly the softmax
     over the valid keys, so F·V at those keys is exact attention: the answer the static
     ``num_landmarks >= kv_len`` shortcut gives, now whatever the padding, so an example's
-    output never depends on how far its batch-mates pad it.
+    output never depends on how far its batch-mates pad it. ``bv``: B V if already formed.
     """
-    zbv = z @ (kern.b @ v)
+    zbv = z @ (kern.b @ v if bv is None else bv)
     key_values = segment_means(v, k_valid, num_landmarks)[0]
     return jnp.where(k_valid.sum() <= num_landmarks, key_values, zbv)
 

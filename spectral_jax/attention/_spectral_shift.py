@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax.attention import _common, _softmax
-from spectral_jax.attention._landmarks import evenly_spaced_positions
+from spectral_jax.attention._landmarks import evenly_spaced_positions, segment_means
 from spectral_jax.attention._nystrom import (
+    LandmarkKernels,
     check_landmark_args,
     landmark_kernels,
     landmark_values,
@@ -20,36 +21,51 @@ from spectral_jax.attention._pinv import iterative_pinv
 Array = jax.Array
 
 SHIFTS = ("estimate", "exact", "zero")
-_MASKED = -1e30
 
 
-def _diag_rows(q: Array, k: Array, k_valid: Array, rows: Array) -> Array:
-    """S_ii for the given rows, from their exact row normalisers: O(len(rows)·n·d)."""
-    qr = q[rows]
-    logits = qr @ k.T
-    log_z = jax.nn.logsumexp(jnp.where(k_valid[None, :], logits, _MASKED), axis=-1)
-    # A large finite negative, not -inf, and a masked exponent: all-padding rows keep finite
-    # gradients.
-    log_diag = jnp.where(k_valid[rows], jnp.sum(qr * k[rows], axis=-1) - log_z, 0.0)
-    return jnp.where(k_valid[rows], jnp.exp(log_diag), 0.0)
-
-
-def _trace_softmax(
-    q: Array, k: Array, diag_valid: Array, k_valid: Array, shift: str, num_samples: int
-) -> Array:
-    """tr S over the valid diagonal: exact (all rows) or from evenly spaced sampled rows.
-
-    The estimate is n_valid times the mean of S_ii over ``num_samples`` rows spread evenly
-    over the valid tokens (a stratified sample), each S_ii with its exact row normaliser, so
-    it costs the same O(n·m·d) as one landmark kernel and is exact whenever the diagonal is
-    constant (near-identity or uniform attention).
-    """
+def _sampled_rows(diag_valid: Array, shift: str, num_samples: int) -> Array:
+    """The rows whose S_ii enter tr S: all of them (``"exact"``) or evenly spaced ones."""
     if shift == "exact":
-        rows = jnp.arange(q.shape[0])
-        return jnp.sum(jnp.where(diag_valid, _diag_rows(q, k, k_valid, rows), 0.0))
-    rows = evenly_spaced_positions(diag_valid, num_samples)
-    sample = jnp.where(diag_valid[rows], _diag_rows(q, k, k_valid, rows), 0.0)
+        return jnp.arange(diag_valid.shape[0])
+    return evenly_spaced_positions(diag_valid, num_samples)
+
+
+def _trace_softmax(diag: Array, diag_valid: Array, rows: Array, shift: str) -> Array:
+    """tr S over the valid diagonal from S_ii at ``rows``: their sum, or n_valid times their mean.
+
+    The estimate is n_valid times the mean of S_ii over m rows spread evenly over the valid
+    tokens (a stratified sample), each S_ii with its exact row normaliser, so it costs the
+    same O(n·m·d) as one landmark kernel and is exact whenever the diagonal is constant
+    (near-identity or uniform attention).
+    """
+    sample = jnp.where(diag_valid[rows], diag, 0.0)
+    if shift == "exact":
+        return jnp.sum(sample)
     return diag_valid.sum() * jnp.mean(sample)
+
+
+def _shifted_kernels(
+    q: Array, k: Array, q_valid: Array, k_valid: Array, rows: Array, num_landmarks: int
+) -> tuple[LandmarkKernels, Array]:
+    """F, A, B as :func:`landmark_kernels`, and S_ii at ``rows`` from the same pass over K.
+
+    The sampled query rows are stacked under the query landmarks, so one matmul and one
+    masked softmax over the keys give both B and the sampled rows of S (forward and
+    backward): S_ii is then read off the normalised row rather than from a separate
+    logsumexp.
+    """
+    m = num_landmarks
+    q_lm, q_lm_valid = segment_means(q, q_valid, m)
+    k_lm, k_lm_valid = segment_means(k, k_valid, m)
+    f_logits = q @ k_lm.T
+    f = _common.masked_softmax(f_logits, k_lm_valid[None, :])
+    a = _common.masked_softmax(q_lm @ k_lm.T, k_lm_valid[None, :]) * q_lm_valid[:, None]
+    rows_b = _common.masked_softmax(
+        jnp.concatenate([q_lm, q[rows]]) @ k.T, k_valid[None, :])
+    b = rows_b[:m] * q_lm_valid[:, None]
+    # A padded key's S_ii is zero here (the softmax gives masked entries zero weight).
+    diag = rows_b[m + jnp.arange(rows.shape[0]), rows]
+    return LandmarkKernels(f, a, b, k_lm_valid, k_lm, f_logits), diag
 
 
 def _shift_head(
@@ -59,36 +75,46 @@ def _shift_head(
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
     q, k, v = q.astype(ct) * scale, k.astype(ct), v.astype(ct)
-    kern = landmark_kernels(q, k, q_landmark_valid, k_valid, num_landmarks)
-    z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
-    low_rank = kern.f @ landmark_values(kern, z, v, k_valid, num_landmarks)
     if shift == "zero":
-        delta = jnp.zeros((), ct)
-        out = low_rank
-    else:
-        # δ lives on the diagonal, so only positions that are both a valid query and a
-        # valid key take part (for self-attention padding these are the same positions).
-        diag_valid = q_valid & k_valid
-        f = jnp.where(diag_valid[:, None], kern.f, 0.0)
-        # tr(F Z B) = tr(Z (B F)): O(n m²), never the n x n matrix.
-        trace_nystrom = jnp.sum(z * (kern.b @ f).T)
-        trace_s = _trace_softmax(q, k, diag_valid, k_valid, shift, num_landmarks)
-        n_valid = diag_valid.sum()
-        m_valid = kern.key_landmark_valid.sum()
-        # δ makes tr((1 − δ) F Z B + δ I) equal tr S. Clipped to [0, 1] so that every row
-        # stays a convex mix of a Nyström row and an identity row (summing to one wherever
-        # Nyström's rows do); δ = 0 when every token is its own landmark (n_valid <= m).
-        room = n_valid - trace_nystrom
-        delta = jnp.where(
-            (n_valid > m_valid) & (room > 0),
-            jnp.clip((trace_s - trace_nystrom) / jnp.where(room > 0, room, 1.0), 0.0, 1.0),
-            0.0,
-        )
-        # A valid query whose own key is padding has no diagonal entry to shift weight to.
-        keep = jnp.where(diag_valid, 1.0 - delta, 1.0)[:, None]
-        out = keep * low_rank + delta * jnp.where(diag_valid[:, None], v, 0.0)
+        kern = landmark_kernels(q, k, q_landmark_valid, k_valid, num_landmarks)
+        z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
+        out = kern.f @ landmark_values(kern, z, v, k_valid, num_landmarks)
+        if return_delta:
+            return jnp.zeros((), ct)
+        return jnp.where(q_valid[:, None], out, 0.0)
+    # δ lives on the diagonal, so only positions that are both a valid query and a
+    # valid key take part (for self-attention padding these are the same positions).
+    diag_valid = q_valid & k_valid
+    rows = _sampled_rows(diag_valid, shift, num_landmarks)
+    kern, diag = _shifted_kernels(q, k, q_landmark_valid, k_valid, rows, num_landmarks)
+    z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
+    f_diag = jnp.where(diag_valid[:, None], kern.f, 0.0)
+    # B·[V, F] in one product: BV for the output and BF for tr(F Z B) = tr(Z (B F)), O(n m²),
+    # never the n x n matrix.
+    d = v.shape[-1]
+    bv_bf = kern.b @ jnp.concatenate([v, f_diag], axis=-1)
+    trace_nystrom = jnp.sum(z * bv_bf[:, d:].T)
+    trace_s = _trace_softmax(diag, diag_valid, rows, shift)
+    n_valid = diag_valid.sum()
+    m_valid = kern.key_landmark_valid.sum()
+    # δ makes tr((1 − δ) F Z B + δ I) equal tr S. Clipped to [0, 1] so that every row
+    # stays a convex mix of a Nyström row and an identity row (summing to one wherever
+    # Nyström's rows do); δ = 0 when every token is its own landmark (n_valid <= m).
+    room = n_valid - trace_nystrom
+    delta = jnp.where(
+        (n_valid > m_valid) & (room > 0),
+        jnp.clip((trace_s - trace_nystrom) / jnp.where(room > 0, room, 1.0), 0.0, 1.0),
+        0.0,
+    )
     if return_delta:
         return delta
+    w = landmark_values(kern, z, v, k_valid, num_landmarks, bv=bv_bf[:, :d])
+    # A valid query whose own key is padding has no diagonal entry to shift weight to.
+    keep = jnp.where(diag_valid, 1.0 - delta, 1.0)[:, None]
+    # Scaling F's rows before the product (not the product after) lets the backward pass
+    # take δ's cotangent from F ∘ (G Wᵀ), which it forms for F's anyway, instead of
+    # recomputing F W.
+    out = (keep * kern.f) @ w + delta * jnp.where(diag_valid[:, None], v, 0.0)
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
