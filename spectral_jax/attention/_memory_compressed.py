@@ -30,8 +30,9 @@ def compress_memory(
       stride: ≥ 1.
 
     Returns:
-      ``(memory (B, m, H, d_out) in float32 or wider, slot_valid bool (B, H, m))``; a slot
-      made only of padding is invalid.
+      ``(memory (B, m, H, d_out) in float32 or wider, slot_last int32 (B, H, m))``:
+      ``slot_last`` is the last valid position a slot covers, −1 for a slot made only of
+      padding (which is then masked).
     """
     ct = _common.compute_dtype(x.dtype)
     n = x.shape[1]
@@ -45,20 +46,21 @@ def compress_memory(
     windows = x[:, index]  # (B, m, kernel, H, d)
     spec = "bmthd,tde->bmhe" if conv.ndim == 3 else "bmthd,htde->bmhe"
     memory = jnp.einsum(spec, windows, conv.astype(ct), precision=jax.lax.Precision.HIGHEST)
-    return memory, valid[:, :, index].any(-1)
+    position = jnp.where(valid, jnp.arange(valid.shape[-1]), -1)
+    return memory, position[:, :, index].max(-1).astype(jnp.int32)
 
 
 def _memory_head(
-    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
-    scale: Any, is_causal: bool, stride: int, kernel: int, kv_len: int,
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, slot_last: Array, *,
+    scale: Any, is_causal: bool,
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
     q = jnp.where(q_valid[:, None], q.astype(ct), 0.0) * scale
     allowed = jnp.broadcast_to(k_valid[None, :], (q.shape[0], k.shape[0]))
     if is_causal:
-        # A slot is seen once its last real position is; its tail past the end is zeros.
-        last = jnp.minimum(stride * jnp.arange(k.shape[0]) + kernel - 1, kv_len - 1)
-        allowed &= last[None, :] <= jnp.arange(q.shape[0])[:, None]
+        # A slot mixes its valid positions (padding is zero), so it may be seen once the
+        # last of them is: then no slot carries a token later than the query.
+        allowed &= slot_last[None, :] <= jnp.arange(q.shape[0])[:, None]
     out = _common.masked_softmax(q @ k.T, allowed) @ v
     return jnp.where(q_valid[:, None], out, 0.0)
 
@@ -110,9 +112,9 @@ def memory_compressed_attention(
     kernel = stride = 1 and identity weights this is exact softmax attention.
 
     ``is_causal=True``: slot j (positions js .. js+k−1) is seen by query i only once all its
-    real positions are, min(js + k − 1, n − 1) ≤ i, as in mesh-tensorflow's
-    memory-compressed attention; queries before the first full slot (i < k − 1) see no key
-    and give zeros.
+    valid positions are (the last of them ≤ i), as in mesh-tensorflow's memory-compressed
+    attention (there: js + k − 1 ≤ i); queries before the first complete slot (i < k − 1
+    without padding) see no key and give zeros.
 
     Args:
       query: float ``(batch..., q_len, heads, head_dim)`` (bf16 in, bf16 out; convolution,
@@ -177,12 +179,11 @@ def memory_compressed_attention(
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
     flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
-    memory_k, slot_valid = compress_memory(flat(key), k_valid, key_conv, int(stride))
+    memory_k, slot_last = compress_memory(flat(key), k_valid, key_conv, int(stride))
     memory_v, _ = compress_memory(flat(value), k_valid, value_conv, int(stride))
     unflat = lambda x: x.reshape(*batch_shape, *x.shape[1:])  # noqa: E731
-    head = functools.partial(_memory_head, scale=scale, is_causal=is_causal,
-                             stride=int(stride), kernel=kernel, kv_len=key.shape[-3])
+    head = functools.partial(_memory_head, scale=scale, is_causal=is_causal)
     return _common.lift(
-        head, query, unflat(memory_k), unflat(memory_v), q_valid, slot_valid,
+        head, query, unflat(memory_k), unflat(memory_v), q_valid, slot_last >= 0, slot_last,
         method=method, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

@@ -1,0 +1,407 @@
+"""Clustered, improved clustered, ProbSparse, memory-compressed and local attention.
+
+Each against float64 NumPy: exact softmax at the limits where the method must be exact, and
+its own formula away from them; then masks, padding, transforms, causality and bad budgets.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpy_reference as ref
+import pytest
+
+from spectral_jax.attention._clustered import (
+    clustered_attention, improved_clustered_attention, kmeans_queries,
+)
+from spectral_jax.attention._local import local_attention
+from spectral_jax.attention._memory_compressed import memory_compressed_attention
+from spectral_jax.attention._probsparse import probsparse_attention
+
+B, N, H, D = 2, 24, 2, 8
+SCALE = 1 / math.sqrt(D)
+EYE = jnp.eye(D)[None]  # kernel = stride = 1, identity: memory compression does nothing
+
+
+def _mean_pool(kernel):
+    return jnp.broadcast_to(jnp.eye(D) / kernel, (kernel, D, D))
+
+
+CONV3 = jax.random.normal(jax.random.key(77), (H, 3, D, D)) / np.sqrt(3 * D)
+FNS = {
+    "clustered": (clustered_attention, {"num_clusters": 4}),
+    "improved_clustered": (improved_clustered_attention, {"num_clusters": 4, "topk": 4}),
+    "probsparse": (probsparse_attention, {"factor": 1}),
+    "memory_compressed": (memory_compressed_attention,
+                          {"key_conv": CONV3, "value_conv": CONV3[0]}),
+    "local": (local_attention, {"window": 3}),
+}
+NAMES = tuple(FNS)
+CAUSAL = ("memory_compressed", "local")
+RNG_METHODS = ("clustered", "improved_clustered", "probsparse")
+# The budgets at which each method is exact softmax attention (for any n <= N).
+EXACT = {
+    "clustered": {"num_clusters": N},
+    "improved_clustered": {"num_clusters": 2, "topk": N},
+    "probsparse": {"factor": N},
+    "memory_compressed": {"key_conv": EYE, "value_conv": EYE},
+    "local": {"window": N},
+}
+
+
+def _call(name, q, k, v, **extra):
+    fn, kw = FNS[name]
+    return fn(q, k, v, **(kw | extra))
+
+
+def _qkv(seed, shape=(B, N, H, D), dtype=jnp.float32):
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    return (jax.random.normal(k1, shape, dtype), jax.random.normal(k2, shape, dtype),
+            jax.random.normal(k3, shape, dtype))
+
+
+def _padding_mask(valid):
+    return valid[:, None, :, None] & valid[:, None, None, :]
+
+
+def _rel_err(approx, exact):
+    approx, exact = np.asarray(approx, np.float64), np.asarray(exact, np.float64)
+    return float(np.linalg.norm(approx - exact) / np.linalg.norm(exact))
+
+
+def _per_head(fn, q, k, v, valid):
+    """Applies a float64 (n, d) reference to every example and head; padded rows zero."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    out = np.zeros(q.shape[:-1] + v.shape[-1:])
+    for b in range(q.shape[0]):
+        idx = np.flatnonzero(valid[b])
+        for h in range(q.shape[2]):
+            out[b, idx, h] = fn(q[b, idx, h], k[b, idx, h], v[b, idx, h])
+    return out
+
+
+VALID = np.arange(N)[None, :] < np.array([[15], [N]])  # example 0: 15 tokens, then padding
+
+
+# ------------------------------------------------------------------ exactness limits
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", NAMES)
+def test_exact_limit_is_softmax_attention(name, causal):
+    if causal and name not in CAUSAL:
+        pytest.skip("no causal form")
+    q, k, v = _qkv(0)
+    out = FNS[name][0](q, k, v, mask=_padding_mask(jnp.asarray(VALID)), is_causal=causal,
+                       **EXACT[name])
+    expected = _per_head(functools.partial(ref.attention, scale=SCALE, causal=causal),
+                         q, k, v, VALID)
+    chex.assert_trees_all_close(np.asarray(out, np.float64), expected, atol=2e-6, rtol=1e-5)
+
+
+# ------------------------------------------------------- each formula in float64 NumPy
+
+
+def _kmeans(q, clusters, iterations):
+    n = len(q)
+    start = ((np.arange(clusters) * 2 + 1) * n) // (2 * clusters)
+    c = q[start].copy()
+    assign = lambda c: np.argmin(((q[:, None] - c[None]) ** 2).sum(-1), -1)  # noqa: E731
+    for _ in range(iterations):
+        a = assign(c)
+        for j in range(clusters):
+            if (a == j).any():
+                c[j] = q[a == j].mean(0)
+    a = assign(c)
+    return np.stack([q[a == j].mean(0) if (a == j).any() else np.zeros(q.shape[1])
+                     for j in range(clusters)]), a
+
+
+def _clustered_np(q, k, v, clusters, iterations, topk=None):
+    cent, a = _kmeans(q, clusters, iterations)
+    logits = SCALE * cent @ k.T
+    w = ref.softmax(logits)
+    if topk is None:
+        return (w @ v)[a]
+    out = np.zeros((len(q), v.shape[1]))
+    for i in range(len(q)):
+        top = np.argsort(-logits[a[i]])[:topk]
+        mass = w[a[i], top].sum()
+        rest = w[a[i]].copy()
+        rest[top] = 0
+        out[i] = mass * ref.softmax(SCALE * q[i] @ k[top].T) @ v[top] + rest @ v
+    return out
+
+
+def _probsparse_np(q, k, v, factor):
+    n = len(q)
+    u = max(1, min(factor * math.ceil(math.log(n)), n))
+    pos = ((np.arange(u) * 2 + 1) * n) // (2 * u)
+    s = SCALE * q @ k[pos].T
+    m = s.max(-1) - s.mean(-1)
+    top = np.argsort(-m, kind="stable")[:u]
+    out = np.broadcast_to(v.mean(0), (n, v.shape[1])).copy()
+    out[top] = ref.attention(q[top], k, v, SCALE)
+    return out
+
+
+def _compressed_np(q, k, v, wk, wv, stride, causal):
+    n, kernel = len(k), wk.shape[0]
+    slots = -(-n // stride)
+    pad = lambda x: np.concatenate([x, np.zeros((slots * stride + kernel, x.shape[1]))])  # noqa
+    kp, vp = pad(k), pad(v)
+    km = np.stack([sum(kp[j * stride + t] @ wk[t] for t in range(kernel)) for j in range(slots)])
+    vm = np.stack([sum(vp[j * stride + t] @ wv[t] for t in range(kernel)) for j in range(slots)])
+    allowed = np.ones((n, slots), bool)
+    if causal:
+        last = np.minimum(np.arange(slots) * stride + kernel - 1, n - 1)
+        allowed = last[None] <= np.arange(n)[:, None]
+    return ref.softmax(SCALE * q @ km.T, allowed) @ vm
+
+
+def _band_np(q, k, v, window, causal):
+    i = np.arange(len(q))
+    band = np.abs(i[:, None] - i[None]) <= window
+    if causal:
+        band &= i[:, None] >= i[None]
+    return ref.softmax(SCALE * q @ k.T, band) @ v
+
+
+CONV_K = np.asarray(jax.random.normal(jax.random.key(5), (3, D, D))) / np.sqrt(3 * D)
+CONV_V = np.asarray(jax.random.normal(jax.random.key(6), (3, D, D))) / np.sqrt(3 * D)
+FORMULAS = [
+    ("clustered", {"num_clusters": 3, "iterations": 4},
+     lambda q, k, v: _clustered_np(q, k, v, 3, 4)),
+    ("improved_clustered", {"num_clusters": 3, "iterations": 4, "topk": 5},
+     lambda q, k, v: _clustered_np(q, k, v, 3, 4, topk=5)),
+    ("probsparse", {"factor": 2}, lambda q, k, v: _probsparse_np(q, k, v, 2)),
+    ("memory_compressed", {"key_conv": CONV_K, "value_conv": CONV_V},
+     lambda q, k, v: _compressed_np(q, k, v, CONV_K, CONV_V, 3, False)),
+    ("memory_compressed", {"key_conv": CONV_K, "value_conv": CONV_V, "stride": 2,
+                           "is_causal": True},
+     lambda q, k, v: _compressed_np(q, k, v, CONV_K, CONV_V, 2, True)),
+    ("local", {"window": 2}, lambda q, k, v: _band_np(q, k, v, 2, False)),
+    ("local", {"window": 5, "is_causal": True}, lambda q, k, v: _band_np(q, k, v, 5, True)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs,formula", FORMULAS)
+def test_matches_float64_formula_away_from_the_limit(name, kwargs, formula):
+    q, k, v = _qkv(1)
+    out = FNS[name][0](q, k, v, mask=_padding_mask(jnp.asarray(VALID)), **kwargs)
+    chex.assert_trees_all_close(np.asarray(out, np.float64), _per_head(formula, q, k, v, VALID),
+                                atol=1e-5, rtol=1e-5)
+
+
+def test_kmeans_assignment_matches_float64():
+    q = np.asarray(jax.random.normal(jax.random.key(3), (N, D)))
+    cent, a = kmeans_queries(jnp.asarray(q), jnp.ones(N, bool), 4, 6)
+    cent64, a64 = _kmeans(q.astype(np.float64), 4, 6)
+    np.testing.assert_array_equal(np.asarray(a), a64)
+    chex.assert_trees_all_close(np.asarray(cent, np.float64), cent64, atol=1e-6)
+
+
+# ------------------------------------------------------------- error falls with budget
+
+
+BUDGETS = {
+    "clustered": [{"num_clusters": c} for c in (2, 6, 12, N)],
+    "improved_clustered": [{"num_clusters": 2, "topk": t} for t in (2, 6, 12, N)],
+    "probsparse": [{"factor": f} for f in (1, 2, 4, N)],
+    "memory_compressed": [{"key_conv": _mean_pool(s), "value_conv": _mean_pool(s)}
+                          for s in (8, 4, 2, 1)],
+    "local": [{"window": w} for w in (1, 3, 8, N)],
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_error_falls_as_the_budget_grows(name):
+    # Locally correlated tokens, so that neighbours (local, compressed memory) and clusters
+    # carry information; the last budget is each method's exact limit.
+    q, k, v = (jnp.cumsum(0.4 * x, axis=1) for x in _qkv(2, (1, N, H, D)))
+    v = _qkv(3, (1, N, H, D))[2]
+    exact = _per_head(functools.partial(ref.attention, scale=SCALE), q, k, v, np.ones((1, N)))
+    errs = [_rel_err(FNS[name][0](q, k, v, **kw), exact) for kw in BUDGETS[name]]
+    assert errs[-1] < 1e-5, errs
+    assert all(b <= a + 0.02 for a, b in zip(errs, errs[1:])), errs
+    assert errs[0] > 0.05, errs  # the smallest budget is a real approximation
+
+
+# ------------------------------------------------------------ masks and padding
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_padded_content_never_reaches_valid_outputs(name):
+    q, k, v = _qkv(4)
+    valid = jnp.asarray(VALID)
+    pad = ~valid[:, :, None, None]
+    out_zero = _call(name, *(jnp.where(pad, 0.0, x) for x in (q, k, v)), mask=_padding_mask(valid))
+    noise = 100.0 * jax.random.normal(jax.random.key(9), (3, B, N, H, D))
+    fills = [noise[0], jnp.inf, jnp.nan]
+    for fill in fills:
+        out = _call(name, *(jnp.where(pad, fill, x) for x in (q, k, v)),
+                    mask=_padding_mask(valid))
+        chex.assert_trees_all_close(np.asarray(out)[VALID], np.asarray(out_zero)[VALID],
+                                    atol=1e-5, rtol=1e-5)
+        np.testing.assert_array_equal(np.asarray(out)[~VALID], 0.0)
+    # The same through key_value_seq_lengths / query_seq_lengths, and a key mask alone.
+    lengths = jnp.asarray(VALID.sum(1))
+    by_len = _call(name, *(jnp.where(pad, noise[1], x) for x in (q, k, v)),
+                   query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+    chex.assert_trees_all_close(np.asarray(by_len)[VALID], np.asarray(out_zero)[VALID],
+                                atol=1e-5, rtol=1e-5)
+    key_only = _call(name, *(jnp.where(pad, noise[2], x) for x in (q, k, v)),
+                     mask=valid[:, None, None, :])
+    chex.assert_trees_all_close(np.asarray(key_only)[VALID], np.asarray(out_zero)[VALID],
+                                atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_query_without_valid_keys_gives_zeros_and_finite_grads(name):
+    q, k, v = _qkv(5)
+    valid = jnp.zeros((B, N), bool).at[1].set(True)
+    mask = _padding_mask(valid)
+    out = _call(name, q, k, v, mask=mask)
+    np.testing.assert_array_equal(np.asarray(out[0]), 0.0)
+    # Key padding alone: every query of example 0 is valid, but none has a key.
+    np.testing.assert_array_equal(np.asarray(_call(name, q, k, v, mask=valid[:, None, None, :])[0]),
+                                  0.0)
+    grads = jax.grad(lambda *a: jnp.sum(_call(name, *a, mask=mask) ** 2), argnums=(0, 1, 2))(q, k, v)
+    assert all(np.isfinite(np.asarray(g)).all() for g in grads)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_example_independent_of_batch_and_other_heads(name):
+    q, k, v = _qkv(6, (1, N, H, D))
+    kw = {"rng": jax.random.key(1)} if name in RNG_METHODS else {}
+    alone = _call(name, q, k, v, **kw)
+    big = [10.0 * x for x in _qkv(7, (1, N, H, D))]
+    together = _call(name, *(jnp.concatenate([a, b]) for a, b in zip((q, k, v), big)), **kw)
+    chex.assert_trees_all_close(together[:1], alone, atol=2e-5, rtol=2e-5)
+    scaled = [x.at[..., 1, :].multiply(10.0) for x in (q, k, v)]
+    chex.assert_trees_all_close(_call(name, *scaled, **kw)[..., 0, :], alone[..., 0, :],
+                                atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_output_does_not_depend_on_how_far_the_example_is_padded(name):
+    # Right padding from 10 to 10 + extra tokens: the valid outputs stay the same, for any
+    # budget (clusters, top-u, slots and blocks are all taken over the valid tokens).
+    q, k, v = _qkv(8, (1, 10, H, D))
+    base = _call(name, q, k, v)
+    for extra in (1, 7):
+        padded = [jnp.pad(x, ((0, 0), (0, extra), (0, 0), (0, 0)), constant_values=3.0)
+                  for x in (q, k, v)]
+        lengths = jnp.array([10])
+        out = _call(name, *padded, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+        chex.assert_trees_all_close(out[:, :10], base, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+@pytest.mark.parametrize("name", NAMES)
+def test_any_length_with_any_budget(name, n):
+    q, k, v = _qkv(9, (1, n, H, D))
+    for kw in (FNS[name][1], EXACT[name]):
+        out = FNS[name][0](q, k, v, **kw)
+        chex.assert_shape(out, (1, n, H, D))
+        assert np.isfinite(np.asarray(out)).all()
+
+
+# ------------------------------------------------------------ transforms and dtypes
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_jit_grad_outer_vmap_and_bf16(name):
+    q, k, v = _qkv(10)
+    fn, kw = FNS[name]
+    eager = fn(q, k, v, **kw)
+    chex.assert_trees_all_close(jax.jit(lambda *a: fn(*a, **kw))(q, k, v), eager,
+                                atol=1e-5, rtol=1e-5)
+    vmapped = jax.vmap(lambda *a: fn(*a, **kw))(q[None], k[None], v[None])[0]
+    chex.assert_trees_all_close(vmapped, eager, atol=1e-5, rtol=1e-5)
+    grads = jax.grad(lambda *a: jnp.sum(fn(*a, **kw) ** 2), argnums=(0, 1, 2))(q, k, v)
+    assert all(np.isfinite(np.asarray(g)).all() for g in grads)
+    assert np.abs(np.asarray(grads[2])).sum() > 0
+    # Chunked heads give the same outputs.
+    chex.assert_trees_all_close(fn(q, k, v, head_chunk_size=1, **kw), eager, atol=1e-5, rtol=1e-5)
+    half = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    out16 = fn(*half, **kw)
+    assert out16.dtype == jnp.bfloat16
+    out32 = fn(*(x.astype(jnp.float32) for x in half), **kw)
+    assert _rel_err(out16.astype(jnp.float32), out32) < 1e-2
+
+
+# ------------------------------------------------------------------ causality
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_causal_outputs_do_not_see_the_future_or_causal_is_rejected(name):
+    q, k, v = _qkv(11, (1, N, H, D))
+    if name not in CAUSAL:
+        with pytest.raises(NotImplementedError, match="is_causal"):
+            _call(name, q, k, v, is_causal=True)
+        return
+    base = _call(name, q, k, v, is_causal=True)
+    i = 13
+    bumped = [x.at[:, i].add(5.0) for x in (q, k, v)]
+    out = _call(name, *bumped, is_causal=True)
+    chex.assert_trees_all_close(out[:, :i], base[:, :i], atol=1e-6, rtol=1e-6)
+    assert float(jnp.abs(out[:, i:] - base[:, i:]).max()) > 1e-3
+
+
+# ----------------------------------------------------------------- bad arguments
+
+
+BAD = [
+    ("clustered", "num_clusters"), ("clustered", "iterations"),
+    ("improved_clustered", "num_clusters"), ("improved_clustered", "topk"),
+    ("probsparse", "factor"), ("memory_compressed", "stride"), ("local", "window"),
+]
+
+
+@pytest.mark.parametrize("name,param", BAD)
+def test_bad_budgets_name_the_parameter(name, param):
+    q, k, v = _qkv(12, (1, 8, H, D))
+    bad = (-1, 1.5, True, "4") if param == "iterations" else (0, -1, 1.5, True, "4")
+    for value in bad:
+        with pytest.raises(ValueError, match=param):
+            _call(name, q, k, v, **{param: value})
+
+
+def test_memory_compressed_weights_are_checked():
+    q, k, v = _qkv(13, (1, 8, H, D))
+    with pytest.raises(ValueError, match="key_conv"):
+        memory_compressed_attention(q, k, v, value_conv=EYE)
+    with pytest.raises(ValueError, match="value_conv"):
+        memory_compressed_attention(q, k, v, key_conv=EYE, value_conv=jnp.ones((1, D, 3)))
+    with pytest.raises(ValueError, match="kernel"):
+        memory_compressed_attention(q, k, v, key_conv=EYE, value_conv=_mean_pool(3))
+    with pytest.raises(ValueError, match="q_len"):
+        memory_compressed_attention(q, k[:, :5], v[:, :5], key_conv=EYE, value_conv=EYE,
+                                    is_causal=True)
+    with pytest.raises(ValueError, match="q_len"):
+        local_attention(q, k[:, :5], v[:, :5])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bias_and_non_padding_masks_are_rejected(name):
+    q, k, v = _qkv(14, (1, 8, H, D))
+    with pytest.raises(ValueError, match="bias"):
+        _call(name, q, k, v, bias=jnp.zeros((1, H, 8, 8)))
+    with pytest.raises(ValueError, match="padding mask"):
+        _call(name, q, k, v, mask=jnp.tril(jnp.ones((8, 8), bool)))
+
+
+@pytest.mark.parametrize("name", RNG_METHODS)
+def test_rng_methods_are_deterministic_given_the_rng(name):
+    q, k, v = _qkv(15)
+    first = _call(name, q, k, v, rng=jax.random.key(3))
+    chex.assert_trees_all_equal(_call(name, q, k, v, rng=jax.random.key(3)), first)
+    assert float(jnp.abs(_call(name, q, k, v, rng=jax.random.key(4)) - first).max()) > 1e-4
+    with pytest.raises(TypeError, match="rng"):
+        _call(name, q, k, v, rng=jax.random.split(jax.random.key(3), 2))
