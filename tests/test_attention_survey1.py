@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpy_reference as ref
+import numpy_reference_survey as survey_ref
 import pytest
 
 from spectral_jax.attention._clustered import (
@@ -125,86 +126,25 @@ def test_exact_limit_is_softmax_attention(name, causal):
 # ------------------------------------------------------- each formula in float64 NumPy
 
 
-def _kmeans(q, clusters, iterations):
-    n = len(q)
-    start = ((np.arange(clusters) * 2 + 1) * n) // (2 * clusters)
-    c = q[start].copy()
-    assign = lambda c: np.argmin(((q[:, None] - c[None]) ** 2).sum(-1), -1)  # noqa: E731
-    for _ in range(iterations):
-        a = assign(c)
-        for j in range(clusters):
-            if (a == j).any():
-                c[j] = q[a == j].mean(0)
-    a = assign(c)
-    return np.stack([q[a == j].mean(0) if (a == j).any() else np.zeros(q.shape[1])
-                     for j in range(clusters)]), a
-
-
-def _clustered_np(q, k, v, clusters, iterations, topk=None):
-    cent, a = _kmeans(q, clusters, iterations)
-    logits = SCALE * cent @ k.T
-    w = ref.softmax(logits)
-    if topk is None:
-        return (w @ v)[a]
-    out = np.zeros((len(q), v.shape[1]))
-    for i in range(len(q)):
-        top = np.argsort(-logits[a[i]])[:topk]
-        mass = w[a[i], top].sum()
-        rest = w[a[i]].copy()
-        rest[top] = 0
-        out[i] = mass * ref.softmax(SCALE * q[i] @ k[top].T) @ v[top] + rest @ v
-    return out
-
-
-def _probsparse_np(q, k, v, factor):
-    n = len(q)
-    u = max(1, min(factor * math.ceil(math.log(n)), n))
-    pos = ((np.arange(u) * 2 + 1) * n) // (2 * u)
-    s = SCALE * q @ k[pos].T
-    m = s.max(-1) - s.mean(-1)
-    top = np.argsort(-m, kind="stable")[:u]
-    out = np.broadcast_to(v.mean(0), (n, v.shape[1])).copy()
-    out[top] = ref.attention(q[top], k, v, SCALE)
-    return out
-
-
-def _compressed_np(q, k, v, wk, wv, stride, causal):
-    n, kernel = len(k), wk.shape[0]
-    slots = -(-n // stride)
-    pad = lambda x: np.concatenate([x, np.zeros((slots * stride + kernel, x.shape[1]))])  # noqa
-    kp, vp = pad(k), pad(v)
-    km = np.stack([sum(kp[j * stride + t] @ wk[t] for t in range(kernel)) for j in range(slots)])
-    vm = np.stack([sum(vp[j * stride + t] @ wv[t] for t in range(kernel)) for j in range(slots)])
-    allowed = np.ones((n, slots), bool)
-    if causal:
-        last = np.minimum(np.arange(slots) * stride + kernel - 1, n - 1)
-        allowed = last[None] <= np.arange(n)[:, None]
-    return ref.softmax(SCALE * q @ km.T, allowed) @ vm
-
-
-def _band_np(q, k, v, window, causal):
-    i = np.arange(len(q))
-    band = np.abs(i[:, None] - i[None]) <= window
-    if causal:
-        band &= i[:, None] >= i[None]
-    return ref.softmax(SCALE * q @ k.T, band) @ v
-
-
 CONV_K = np.asarray(jax.random.normal(jax.random.key(5), (3, D, D))) / np.sqrt(3 * D)
 CONV_V = np.asarray(jax.random.normal(jax.random.key(6), (3, D, D))) / np.sqrt(3 * D)
+P = functools.partial
 FORMULAS = [
     ("clustered", {"num_clusters": 3, "iterations": 4},
-     lambda q, k, v: _clustered_np(q, k, v, 3, 4)),
+     P(survey_ref.clustered, clusters=3, iterations=4, scale=SCALE)),
     ("improved_clustered", {"num_clusters": 3, "iterations": 4, "topk": 5},
-     lambda q, k, v: _clustered_np(q, k, v, 3, 4, topk=5)),
-    ("probsparse", {"factor": 2}, lambda q, k, v: _probsparse_np(q, k, v, 2)),
+     P(survey_ref.clustered, clusters=3, iterations=4, topk=5, scale=SCALE)),
+    ("probsparse", {"factor": 2}, P(survey_ref.probsparse, factor=2, scale=SCALE)),
     ("memory_compressed", {"key_conv": CONV_K, "value_conv": CONV_V},
-     lambda q, k, v: _compressed_np(q, k, v, CONV_K, CONV_V, 3, False)),
+     P(survey_ref.memory_compressed, wk=CONV_K, wv=CONV_V, stride=3, causal=False,
+       scale=SCALE)),
     ("memory_compressed", {"key_conv": CONV_K, "value_conv": CONV_V, "stride": 2,
                            "is_causal": True},
-     lambda q, k, v: _compressed_np(q, k, v, CONV_K, CONV_V, 2, True)),
-    ("local", {"window": 2}, lambda q, k, v: _band_np(q, k, v, 2, False)),
-    ("local", {"window": 5, "is_causal": True}, lambda q, k, v: _band_np(q, k, v, 5, True)),
+     P(survey_ref.memory_compressed, wk=CONV_K, wv=CONV_V, stride=2, causal=True,
+       scale=SCALE)),
+    ("local", {"window": 2}, P(survey_ref.band, window=2, causal=False, scale=SCALE)),
+    ("local", {"window": 5, "is_causal": True},
+     P(survey_ref.band, window=5, causal=True, scale=SCALE)),
 ]
 
 
@@ -220,7 +160,7 @@ def test_kmeans_assignment_matches_float64():
     q = np.asarray(jax.random.normal(jax.random.key(3), (N, D)))
     kmeans = jax.jit(kmeans_queries, static_argnums=(2, 3))
     cent, a = kmeans(jnp.asarray(q), jnp.ones(N, bool), 4, 6)
-    cent64, a64 = _kmeans(q.astype(np.float64), 4, 6)
+    cent64, a64 = survey_ref.kmeans(q.astype(np.float64), 4, 6)
     np.testing.assert_array_equal(np.asarray(a), a64)
     chex.assert_trees_all_close(np.asarray(cent, np.float64), cent64, atol=1e-6)
 

@@ -1,4 +1,4 @@
-"""Clustered attention (Vyas et al. 2020): queries grouped by k-means share their centroid's attention."""
+"""Clustered attention (Vyas et al. 2020): k-means query clusters share their centroid's output."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def kmeans_queries(
     weights = member.astype(q.dtype)
 
     def assign(centroids: Array) -> Array:
-        # ||q - c||² up to the per-query constant ||q||², so O(n·C·d) without an (n, C, d) array.
+        # ||q - c||² less the per-query constant ||q||²: O(n·C·d), no (n, C, d) array.
         dist = jnp.sum(centroids * centroids, -1)[None, :] - 2.0 * q_fixed @ centroids.T
         return jnp.argmin(dist, axis=-1).astype(jnp.int32)
 

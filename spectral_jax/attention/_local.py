@@ -68,7 +68,7 @@ def local_attention(
 ) -> Array:
     """Sliding-window attention: query i attends to the valid keys j with |i − j| ≤ window.
 
-        out_i = Σ_{j : |i−j| ≤ w} softmax_j(scale · q_i·k_j) v_j        (causal: i − w ≤ j ≤ i)
+        out_i = Σ_{j : |i−j| ≤ w} softmax_j(scale · q_i·k_j) v_j     (causal: i − w ≤ j ≤ i)
 
     Computed in blocks of w tokens: each query block meets its own and its neighbouring key
     blocks (the previous one only, when causal), so time and memory are O(n·w·d) and no

@@ -1,4 +1,4 @@
-"""Memory-compressed attention (Liu et al. 2018): exact attention over strided-conv-compressed keys/values."""
+"""Memory-compressed attention (Liu et al. 2018): exact attention over strided-conv memory."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ def probsparse_attention(
     head_chunk_size: int | None = None,
     **flax_kwargs: Any,
 ) -> Array:
-    """ProbSparse attention (Informer): exact softmax for the u most "active" queries, mean elsewhere.
+    """ProbSparse attention (Informer): exact softmax for the u most active queries, mean elsewhere.
 
     For each (example, head), with s_ij = scale · q_i·k_j, U = u = clip(c·⌈ln n⌉, 1, n)
     (c = ``factor``, n the number of valid keys for U and of valid queries for u),
