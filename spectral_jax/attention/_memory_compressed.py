@@ -1,0 +1,189 @@
+"""Memory-compressed attention (Liu et al. 2018): exact attention over strided-conv memory."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import _common
+from spectral_jax.attention._linear import check_causal_lengths
+
+Array = jax.Array
+
+
+def compress_memory(
+    x: Array, valid: Array, conv: Array, stride: int
+) -> tuple[Array, Array]:
+    """Strided 1-D convolution along the length, per head, with padded positions zeroed first.
+
+    Slot j covers positions ``j·stride .. j·stride + kernel − 1`` (the part past the end is
+    zero), for j < ⌈n / stride⌉, and is ``Σ_t x[j·stride + t] @ conv[t]``.
+
+    Args:
+      x: float ``(B, n, H, d)`` (batch flattened).
+      valid: bool ``(B, H, n)``.
+      conv: ``(kernel, d, d_out)`` shared by the heads, or ``(H, kernel, d, d_out)``.
+      stride: ≥ 1.
+
+    Returns:
+      ``(memory (B, m, H, d_out) in float32 or wider, slot_last int32 (B, H, m))``:
+      ``slot_last`` is the last valid position a slot covers, −1 for a slot made only of
+      padding (which is then masked).
+    """
+    ct = _common.compute_dtype(x.dtype)
+    n = x.shape[1]
+    kernel = conv.shape[-3]
+    slots = -(-n // stride)
+    extra = (slots - 1) * stride + kernel - n
+    x = jnp.where(jnp.swapaxes(valid, 1, 2)[..., None], x.astype(ct), 0.0)
+    x = jnp.pad(x, ((0, 0), (0, max(extra, 0)), (0, 0), (0, 0)))
+    valid = jnp.pad(valid, ((0, 0), (0, 0), (0, max(extra, 0))))
+    index = stride * jnp.arange(slots)[:, None] + jnp.arange(kernel)[None, :]  # (m, kernel)
+    windows = x[:, index]  # (B, m, kernel, H, d)
+    spec = "bmthd,tde->bmhe" if conv.ndim == 3 else "bmthd,htde->bmhe"
+    memory = jnp.einsum(spec, windows, conv.astype(ct), precision=jax.lax.Precision.HIGHEST)
+    position = jnp.where(valid, jnp.arange(valid.shape[-1]), -1)
+    return memory, position[:, :, index].max(-1).astype(jnp.int32)
+
+
+def _memory_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, slot_last: Array, *,
+    scale: Any, is_causal: bool,
+) -> Array:
+    ct = _common.compute_dtype(q.dtype)
+    q = jnp.where(q_valid[:, None], q.astype(ct), 0.0) * scale
+    allowed = jnp.broadcast_to(k_valid[None, :], (q.shape[0], k.shape[0]))
+    if is_causal:
+        # A slot mixes its valid positions (padding is zero), so it may be seen once the
+        # last of them is: then no slot carries a token later than the query.
+        allowed &= slot_last[None, :] <= jnp.arange(q.shape[0])[:, None]
+    out = _common.masked_softmax(q @ k.T, allowed) @ v
+    return jnp.where(q_valid[:, None], out, 0.0)
+
+
+def _check_conv(method: str, name: str, conv: Any, heads: int, dim: int) -> Array:
+    shape = getattr(conv, "shape", None)
+    ok = shape is not None and (
+        (len(shape) == 3 and shape[1:] == (dim, dim))
+        or (len(shape) == 4 and shape[0] == heads and shape[2:] == (dim, dim))
+    ) and shape[-3] >= 1
+    if not ok:
+        raise ValueError(
+            f"{method}(): `{name}` must be the convolution weights, shape (kernel, {dim}, "
+            f"{dim}) shared by the heads or ({heads}, kernel, {dim}, {dim}) per head; got "
+            f"{shape if shape is not None else conv!r}."
+        )
+    if not jnp.issubdtype(conv.dtype, jnp.floating):
+        raise TypeError(f"{method}(): `{name}` must be a float array; got dtype {conv.dtype}.")
+    return conv
+
+
+def memory_compressed_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    key_conv: Array | None = None,
+    value_conv: Array | None = None,
+    stride: int | None = None,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
+    **flax_kwargs: Any,
+) -> Array:
+    """Memory-compressed attention: exact softmax attention over a strided convolution of K and V.
+
+        K̃ = conv_s(K; W_K),  Ṽ = conv_s(V; W_V),  out = softmax(scale · Q K̃ᵀ) Ṽ,
+
+    where conv_s is a 1-D convolution along the length with kernel size k (the first axis
+    of the weights) and stride s (default k), computed per head, without bias, into
+    m = ⌈n/s⌉ memory slots. Padded keys and values are zeroed before the convolution and a
+    slot made only of padding is masked, so padded content never reaches a valid output
+    (slots are positional: right padding keeps them, as ``*_seq_lengths`` give). O(n·(n/s)·d)
+    time and memory. The weights are arguments: the Flax module owns and learns them. With
+    kernel = stride = 1 and identity weights this is exact softmax attention.
+
+    ``is_causal=True``: slot j (positions js .. js+k−1) is seen by query i only once all its
+    valid positions are (the last of them ≤ i), as in mesh-tensorflow's memory-compressed
+    attention (there: js + k − 1 ≤ i); queries before the first complete slot (i < k − 1
+    without padding) see no key and give zeros.
+
+    Args:
+      query: float ``(batch..., q_len, heads, head_dim)`` (bf16 in, bf16 out; convolution,
+        softmax and normalisers in float32).
+      key: float ``(batch..., kv_len, heads, head_dim)``.
+      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      bias: must be None.
+      mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
+      scale: logit scale, default ``1/sqrt(head_dim)``.
+      is_causal: causal form (q_len must equal kv_len).
+      key_conv: float ``(kernel, head_dim, head_dim)`` shared by the heads, or
+        ``(heads, kernel, head_dim, head_dim)``: W_K, required. The paper uses kernel 3.
+      value_conv: ``(kernel, v_head_dim, v_head_dim)`` or ``(heads, kernel, v_head_dim,
+        v_head_dim)``: W_V, required, same kernel as ``key_conv``.
+      stride: s ≥ 1, default the kernel size (3 in the paper).
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid, combined with ``mask``.
+      head_chunk_size: (example, head) slices per step, see :func:`nystrom_attention`.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
+        raises NotImplementedError.
+
+    Returns:
+      ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
+
+    Raises:
+      ValueError: bad shapes, ``bias`` given, missing or mis-shaped ``key_conv`` /
+        ``value_conv``, kernels that differ, ``stride`` not a positive int, causal with
+        q_len != kv_len, or a mask that is not a padding mask.
+      TypeError: non-float inputs or weights, unknown keywords.
+
+    References:
+      Liu et al. 2018, "Generating Wikipedia by Summarizing Long Sequences", ICLR, §4.2.3
+      (memory-compressed attention); mesh-tensorflow
+      ``multihead_self_attention_memory_compressed`` (causal slot rule).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from spectral_jax.attention._memory_compressed import memory_compressed_attention
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
+      >>> w = jax.random.normal(jax.random.key(1), (3, 16, 16)) / jnp.sqrt(3 * 16)
+      >>> memory_compressed_attention(q, k, v, key_conv=w, value_conv=w).shape
+      (2, 100, 4, 16)
+    """
+    method = "memory_compressed_attention"
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
+    heads = query.shape[-2]
+    key_conv = _check_conv(method, "key_conv", key_conv, heads, key.shape[-1])
+    value_conv = _check_conv(method, "value_conv", value_conv, heads, value.shape[-1])
+    kernel = key_conv.shape[-3]
+    if value_conv.shape[-3] != kernel:
+        raise ValueError(
+            f"{method}(): `key_conv` and `value_conv` must share the kernel size; got "
+            f"{kernel} and {value_conv.shape[-3]}."
+        )
+    stride = kernel if stride is None else stride
+    _common.check_positive_int(method, "stride", stride)
+    check_causal_lengths(method, is_causal, query, key)
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
+    batch_shape = query.shape[:-3]
+    b = math.prod(batch_shape)
+    flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
+    memory_k, slot_last = compress_memory(flat(key), k_valid, key_conv, int(stride))
+    memory_v, _ = compress_memory(flat(value), k_valid, value_conv, int(stride))
+    unflat = lambda x: x.reshape(*batch_shape, *x.shape[1:])  # noqa: E731
+    head = functools.partial(_memory_head, scale=scale, is_causal=is_causal)
+    return _common.lift(
+        head, query, unflat(memory_k), unflat(memory_v), q_valid, slot_last >= 0, slot_last,
+        method=method, head_chunk_size=head_chunk_size,
+    ).astype(query.dtype)

@@ -1,0 +1,174 @@
+"""Informer's ProbSparse self-attention: exact attention for the few queries far from uniform."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import _common
+from spectral_jax.attention._landmarks import _position_of_rank
+
+Array = jax.Array
+
+
+def log_budget(factor: int, length: Any) -> Any:
+    """``clip(factor·⌈ln length⌉, 1, length)``: Informer's u (queries) and U (sampled keys).
+
+    ``length`` is a Python int (the static shape bound) or a traced count of valid tokens;
+    the bound from the padded length is never below the one from the valid count.
+    """
+    if isinstance(length, int):
+        return max(1, min(factor * math.ceil(math.log(max(length, 1))), length))
+    count = length.astype(jnp.float32)
+    budget = factor * jnp.ceil(jnp.log(jnp.maximum(count, 1.0)))
+    return jnp.clip(budget, 1, jnp.maximum(count, 1)).astype(jnp.int32)
+
+
+def _probsparse_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, candidate: Array,
+    rng: Array | None = None, *, scale: Any, factor: int,
+) -> Array:
+    ct = _common.compute_dtype(q.dtype)
+    n, n_k = q.shape[0], k.shape[0]
+    q = jnp.where(q_valid[:, None], q.astype(ct), 0.0) * scale
+    k = jnp.where(k_valid[:, None], k.astype(ct), 0.0)
+    v = v.astype(ct)
+    candidate = candidate & q_valid
+    # Budgets follow the valid counts (not the padded length), so an example's output never
+    # depends on how far its batch-mates pad it; the static bounds fix the array shapes.
+    n_keys = k_valid.sum()
+    num_sample, max_sample = log_budget(factor, n_keys), log_budget(factor, n_k)
+    num_top, max_top = log_budget(factor, candidate.sum()), log_budget(factor, n)
+    column = jnp.arange(max_sample)
+    if rng is None:
+        # Evenly spaced valid keys, the same for every query.
+        ranks = ((2 * column + 1) * n_keys) // (2 * num_sample)
+        sampled = q @ k[_position_of_rank(k_valid, ranks)].T  # (n, max_sample)
+    else:
+        # Each query draws its own keys, uniformly with replacement, as Informer does.
+        ranks = jnp.floor(jax.random.uniform(rng, (n, max_sample)) * n_keys).astype(jnp.int32)
+        pos = _position_of_rank(k_valid, jnp.minimum(ranks, jnp.maximum(n_keys - 1, 0)))
+        sampled = jnp.einsum("nd,nsd->ns", q, k[pos])
+    in_sample = (column < num_sample)[None, :]
+    sampled = jax.lax.stop_gradient(sampled)
+    sparsity = (jnp.max(jnp.where(in_sample, sampled, -jnp.inf), -1)
+                - jnp.sum(jnp.where(in_sample, sampled, 0.0), -1) / num_sample)
+    _, top = jax.lax.top_k(jnp.where(candidate, sparsity, -jnp.inf), max_top)
+    active = (jnp.arange(max_top) < num_top) & candidate[top]
+    # Lazy queries: softmax weights taken as uniform, i.e. the mean of the valid values.
+    mean = v.sum(0) / jnp.maximum(n_keys, 1).astype(ct)
+    exact = _common.masked_softmax(q[top] @ k.T, k_valid[None, :]) @ v  # (max_top, d_v)
+    out = jnp.broadcast_to(mean, (n, v.shape[-1]))
+    out = out.at[top].set(jnp.where(active[:, None], exact, mean[None, :]))
+    return jnp.where(q_valid[:, None], out, 0.0)
+
+
+def probsparse_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    factor: int = 5,
+    rng: Array | None = None,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    head_chunk_size: int | None = None,
+    **flax_kwargs: Any,
+) -> Array:
+    """ProbSparse attention (Informer): exact softmax for the u most active queries, mean elsewhere.
+
+    For each (example, head), with s_ij = scale · q_i·k_j, U = u = clip(c·⌈ln n⌉, 1, n)
+    (c = ``factor``, n the number of valid keys for U and of valid queries for u),
+
+        M̄(q_i) = max_{j∈S_i} s_ij − (1/U) Σ_{j∈S_i} s_ij       (S_i: U sampled keys),
+
+    the u queries of largest M̄ get exact attention softmax(s_i·) V over the valid keys and
+    every other query gets the mean of the valid values (the output of uniform weights).
+    O(n·log n·d) time and memory. The sample S_i is ``rng``-drawn per query, uniformly with
+    replacement from the valid keys (Informer's choice), or with ``rng=None`` the same U
+    evenly spaced valid keys for every query (deterministic). The selection is not
+    differentiable (the gradient reaches the chosen queries, keys and all values). Informer
+    divides the sample sum by the full key length; we take the sample mean, as the paper's
+    eq. (4) estimates. With c·⌈ln n⌉ ≥ n every valid query is active and the result is
+    exact softmax attention.
+
+    Masks: as :func:`nystrom_attention`: a padding mask, reduced to key and query padding;
+    padded queries are never selected, padded rows are zero, a query with no valid key gives
+    zeros. A key padding mask alone, in self-attention shapes, keeps padded positions out
+    of the selection (they get the mean of the values).
+
+    Args:
+      query: float ``(batch..., q_len, heads, head_dim)`` (bf16 in, bf16 out; logits,
+        softmax and means in float32).
+      key: float ``(batch..., kv_len, heads, head_dim)``.
+      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      bias: must be None.
+      mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
+      scale: logit scale, default ``1/sqrt(head_dim)``.
+      is_causal: must be False: the top-u choice ranks all queries together, so whether an
+        early query is active depends on later tokens (Informer's masked decoder form is
+        not causal in that sense).
+      factor: c, the sampling factor (5 in Informer).
+      rng: optional ``jax.random`` key for the key sample (independent per example and
+        head, by ``fold_in``); None = evenly spaced, deterministic.
+      query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
+        leading queries / keys of each example are valid, combined with ``mask``.
+      head_chunk_size: (example, head) slices per step, see :func:`nystrom_attention`.
+      **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
+        raises NotImplementedError.
+
+    Returns:
+      ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
+
+    Raises:
+      ValueError: bad shapes, ``bias`` given, ``factor`` not a positive int, or a mask that
+        is not a padding mask.
+      TypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
+      NotImplementedError: ``is_causal=True``.
+
+    References:
+      Zhou et al. 2021, "Informer: Beyond Efficient Transformer for Long Sequence
+      Time-Series Forecasting", AAAI, §3 eq. (3)-(4) and Lemma 1; code
+      zhouhaoyi/Informer2020 ``models/attn.py::ProbAttention``.
+
+    Example:
+      >>> import jax
+      >>> from spectral_jax.attention._probsparse import probsparse_attention
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
+      >>> probsparse_attention(q, k, v, factor=5).shape
+      (2, 128, 4, 16)
+    """
+    method = "probsparse_attention"
+    _common.check_flax_kwargs(method, flax_kwargs)
+    _common.check_qkv(method, query, key, value)
+    _common.reject_bias(method, bias)
+    _common.check_bool(method, "is_causal", is_causal)
+    if is_causal:
+        raise NotImplementedError(
+            f"{method}(): `is_causal=True` is not supported: ProbSparse picks the top-u "
+            "queries of the whole sequence, so an earlier query's output depends on later "
+            "tokens. Causal methods: softmax, linear, performer, local."
+        )
+    _common.check_positive_int(method, "factor", factor)
+    scale = _common.default_scale(method, scale, query.shape[-1])
+    q_valid, k_valid = _common.padding_from_mask(
+        method, mask, query, key, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths)
+    args = ()
+    if rng is not None:
+        _common.check_single_key(method, "rng", rng)
+        args = (_common.fold_in_rng(rng, q_valid.shape[0], q_valid.shape[1]),)
+    head = functools.partial(_probsparse_head, scale=scale, factor=int(factor))
+    return _common.lift(
+        head, query, key, value, q_valid, k_valid,
+        _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths), *args,
+        method=method, head_chunk_size=head_chunk_size,
+    ).astype(query.dtype)
