@@ -145,7 +145,7 @@ def test_load_task_rejects_unknown_option_and_task(tmp_path) -> None:
 
 def test_registry_titles_and_generation_hook(tmp_path) -> None:
     assert data.TASKS == tuple(data.TITLES) and data.TITLES["pathx"] == "Path-X"
-    assert data.get_task_spec("listops").generate is data.listops.generate
+    assert data.get_task_spec("listops").generate is data.listops_generator.generate
     with pytest.raises(ValueError, match=r"data.generate is set but task 'text' has no "
                                          r"generator \(tasks with one: listops\)"):
         data.prepare_data("text", tmp_path, {"num_train": 4}, label="data.generate")

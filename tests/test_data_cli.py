@@ -8,7 +8,7 @@ import json
 import pytest
 
 from spectral_jax import cli as entry_point
-from spectral_jax.data import cli, listops
+from spectral_jax.data import cli, listops_generator
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +36,7 @@ def test_listops_then_info(tmp_path, capsys) -> None:
     stats = json.loads(capsys.readouterr().out)
     assert (stats["train"], stats["validation"], stats["test"], stats["truncated"]) == (40, 5, 5, 0)
     rows = (tmp_path / "basic_train.tsv").read_text().splitlines()[1:]
-    assert all(listops.evaluate(r.split("\t")[0]) == int(r.split("\t")[1]) for r in rows)
+    assert all(listops_generator.evaluate(r.split("\t")[0]) == int(r.split("\t")[1]) for r in rows)
 
     args = _parser().parse_args(["data", "info", "listops", "--data-dir", str(tmp_path),
                                  "--option", "max_length=100"])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from spectral_jax import data
-from spectral_jax.data import listops
+from spectral_jax.data import listops, listops_generator
 
 
 @pytest.mark.parametrize(
@@ -26,13 +26,13 @@ from spectral_jax.data import listops
     ],
 )
 def test_evaluate_hand_worked(expr: str, value: int) -> None:
-    assert listops.evaluate(expr) == value
+    assert listops_generator.evaluate(expr) == value
 
 
 @pytest.mark.parametrize("expr", ["[MAX 1 2", "[MAX ]", "[MAX 1 2 ] 3", "[FOO 1 ]", ""])
 def test_evaluate_rejects_malformed(expr: str) -> None:
     with pytest.raises(ValueError, match="evaluate"):
-        listops.evaluate(expr)
+        listops_generator.evaluate(expr)
 
 
 def test_tokenize_keeps_closing_bracket_and_ids_are_fixed() -> None:
@@ -51,7 +51,7 @@ def _read_rows(path) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory) -> tuple:
     out = tmp_path_factory.mktemp("listops")
-    stats = listops.generate(out, num_train=300, num_val=50, num_test=50, seed=3,
+    stats = listops_generator.generate(out, num_train=300, num_val=50, num_test=50, seed=3,
                              min_length=20, max_length=200)
     return out, stats
 
@@ -64,14 +64,14 @@ def test_generator_labels_match_evaluator_and_lengths_in_bounds(quick) -> None:
         rows = _read_rows(out / name)
         assert rows[0] == ["Source", "Target"]
         for source, target in rows[1:]:
-            assert listops.evaluate(source) == int(target)
+            assert listops_generator.evaluate(source) == int(target)
             assert 20 < len(listops.tokenize(source)) < 200
             assert source.startswith("(")  # release form: parenthesised
 
 
 def test_generator_release_format_is_lra_parenthesisation(tmp_path) -> None:
     # Depth 2, 2 arguments: exactly 4 * 10 * 10 distinct trees, so all of them appear.
-    listops.generate(tmp_path, num_train=398, num_val=1, num_test=1, seed=0, min_length=3,
+    listops_generator.generate(tmp_path, num_train=398, num_val=1, num_test=1, seed=0, min_length=3,
                      max_length=5, max_depth=2, max_args=2)
     sources = set()
     for name in ("basic_train.tsv", "basic_val.tsv", "basic_test.tsv"):
@@ -84,7 +84,7 @@ def test_generator_release_format_is_lra_parenthesisation(tmp_path) -> None:
 
 def test_generator_same_seed_same_bytes_and_disjoint_splits(quick, tmp_path) -> None:
     out, _ = quick
-    listops.generate(tmp_path, num_train=300, num_val=50, num_test=50, seed=3,
+    listops_generator.generate(tmp_path, num_train=300, num_val=50, num_test=50, seed=3,
                      min_length=20, max_length=200)
     for name in ("basic_train.tsv", "basic_val.tsv", "basic_test.tsv"):
         assert (out / name).read_bytes() == (tmp_path / name).read_bytes()
@@ -96,7 +96,7 @@ def test_generator_same_seed_same_bytes_and_disjoint_splits(quick, tmp_path) -> 
 
 def test_generator_other_seed_differs(quick, tmp_path) -> None:
     out, _ = quick
-    listops.generate(tmp_path, num_train=300, num_val=50, num_test=50, seed=4,
+    listops_generator.generate(tmp_path, num_train=300, num_val=50, num_test=50, seed=4,
                      min_length=20, max_length=200)
     assert (out / "basic_train.tsv").read_bytes() != (tmp_path / "basic_train.tsv").read_bytes()
 
@@ -113,13 +113,13 @@ def test_generator_other_seed_differs(quick, tmp_path) -> None:
 )
 def test_generator_rejects_bad_arguments(tmp_path, kwargs, match) -> None:
     with pytest.raises(ValueError, match=match):
-        listops.generate(tmp_path, **kwargs)
+        listops_generator.generate(tmp_path, **kwargs)
 
 
 def test_generator_reports_too_few_distinct_trees(tmp_path) -> None:
     # Only the 10 single digits have fewer than 2 tokens.
     with pytest.raises(ValueError, match="distinct trees"):
-        listops.generate(tmp_path, num_train=20, num_val=1, num_test=1, min_length=0,
+        listops_generator.generate(tmp_path, num_train=20, num_val=1, num_test=1, min_length=0,
                          max_length=2, max_depth=2)
 
 

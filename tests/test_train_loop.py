@@ -243,7 +243,7 @@ def test_eight_devices_match_one(tmp_path):
     # ignores) into +-lr updates whose sign is noise; a larger eps keeps the update
     # proportional to the gradient, so parameters are comparable within float32 tolerance.
     cfg = _listops_config(tmp_path, "train.optimizer.eps=1e-3", "train.schedule.warmup_steps=0")
-    data.listops.generate(tmp_path / "listops", **cfg.data.generate.to_dict())
+    data.listops_generator.generate(tmp_path / "listops", **cfg.data.generate.to_dict())
     task = data.load_task("listops", tmp_path / "listops", max_length=32)
     model_cfg = steps_lib.model_config(cfg, task)
     batches = data.iterate_batches(task.splits["train"], 8, shuffle=True, seed=0, repeat=True)
@@ -336,7 +336,7 @@ def test_generated_data_with_other_settings_is_refused(tmp_path):
 
 def test_empty_split_is_refused_before_training(tmp_path):
     cfg = _listops_config(tmp_path)
-    data.listops.generate(tmp_path / "listops", **cfg.data.generate.to_dict())
+    data.listops_generator.generate(tmp_path / "listops", **cfg.data.generate.to_dict())
     (tmp_path / "listops" / "basic_test.tsv").write_text("Source\tTarget\n")
     (tmp_path / "listops" / "generated.json").unlink(missing_ok=True)
     with pytest.raises(ValueError, match=r"the test split in data.dir=.* has no examples"):
@@ -348,7 +348,7 @@ def test_performer_features_are_redrawn_every_n_steps(tmp_path):
     cfg = _listops_config(tmp_path, "train.redraw_features_every=2")
     cfg.model.attention = "performer"
     cfg.model.attention_kwargs = {"num_features": 4}
-    data.listops.generate(tmp_path / "listops", **cfg.data.generate.to_dict())
+    data.listops_generator.generate(tmp_path / "listops", **cfg.data.generate.to_dict())
     task = data.load_task("listops", tmp_path / "listops", max_length=32)
     mesh = distributed.make_mesh(jax.devices()[:1])
     batches = data.iterate_batches(task.splits["train"], 8, shuffle=True, seed=0, repeat=True)

@@ -169,7 +169,7 @@ def train_part(sizes: dict[str, Any], out: str, smoke: bool, say) -> dict[str, A
     workdir = tempfile.mkdtemp(prefix="gpu_check_listops_")
     config, generate = _listops_config(workdir, smoke)
     t0 = time.monotonic()
-    data.listops.generate(config.data.dir, **generate)
+    data.listops_generator.generate(config.data.dir, **generate)
     result: dict[str, Any] = {"generate_s": time.monotonic() - t0, "data": generate,
                               "workdir": workdir, "config": config.to_dict()}
     say(f"train: ListOps generated in {result['generate_s']:.0f} s; training spectral_shift "

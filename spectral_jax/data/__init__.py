@@ -8,7 +8,7 @@ returning a `Task` of fixed-shape `Split`s; `load_task` dispatches by name and
 
 from __future__ import annotations
 
-from spectral_jax.data import image, listops, pathfinder, retrieval, text
+from spectral_jax.data import image, listops, listops_generator, pathfinder, retrieval, text
 from spectral_jax.data.batching import iterate_batches
 from spectral_jax.data.registry import (
     TASKS,
@@ -32,6 +32,7 @@ __all__ = [
     "image",
     "iterate_batches",
     "listops",
+    "listops_generator",
     "load_task",
     "majority_baseline",
     "pathfinder",

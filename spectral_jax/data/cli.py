@@ -49,9 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _listops(args: argparse.Namespace) -> int:
-    from spectral_jax.data import listops
+    from spectral_jax.data import listops_generator
 
-    stats = listops.generate(
+    stats = listops_generator.generate(
         args.out, num_train=args.train, num_val=args.val, num_test=args.test, seed=args.seed,
         min_length=args.min_length, max_length=args.max_length, max_depth=args.max_depth,
         max_args=args.max_args,

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from spectral_jax.data import image, listops, pathfinder, retrieval, text
+from spectral_jax.data import image, listops, listops_generator, pathfinder, retrieval, text
 from spectral_jax.data.task import Task
 
 # Written next to generated files: the settings that made them.
@@ -44,7 +44,7 @@ class TaskSpec:
 
 
 _SPECS = (
-    TaskSpec("listops", "ListOps", listops.load, listops.generate, "basic_train.tsv"),
+    TaskSpec("listops", "ListOps", listops.load, listops_generator.generate, "basic_train.tsv"),
     TaskSpec("text", "Text", text.load),
     TaskSpec("retrieval", "Retrieval", retrieval.load),
     TaskSpec("image", "Image", image.load),
@@ -114,7 +114,7 @@ def load_task(name: str, data_dir: str | os.PathLike, **options: object) -> Task
     Example:
         >>> import tempfile
         >>> d = tempfile.mkdtemp()
-        >>> _ = listops.generate(d, num_train=4, num_val=2, num_test=2, min_length=10,
+        >>> _ = listops_generator.generate(d, num_train=4, num_val=2, num_test=2, min_length=10,
         ...                      max_length=40)
         >>> load_task("listops", d, max_length=64).vocab_size
         17
