@@ -162,6 +162,7 @@ def load(data_dir: str | os.PathLike, *, max_length: int = 2000) -> Task:
 
     Example:
         >>> import tempfile
+        >>> from spectral_jax.data.listops_generator import generate
         >>> d = tempfile.mkdtemp()
         >>> _ = generate(d, num_train=4, num_val=2, num_test=2, min_length=10, max_length=40)
         >>> load(d, max_length=40).splits["train"].inputs.shape
