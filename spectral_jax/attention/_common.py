@@ -358,7 +358,7 @@ CPU_TOKENS_PER_STEP = 4096
 
 
 def resolve_head_chunk_size(
-    method: str, head_chunk_size: Any, num_slices: int, length: int, *, together: bool = False
+    method: str, head_chunk_size: Any, num_slices: int, length: int
 ) -> int:
     """How many (example, head) slices :func:`lift` computes at once.
 
@@ -369,18 +369,9 @@ def resolve_head_chunk_size(
     19 MiB (one head per step, its n x m kernels staying in cache); at n = 256, batch 32,
     2 heads, 16 slices per step were fastest; at n = 128 (the quick ListOps preset) plain
     vmap was, as the loop and the rematerialisation cost more than they save. Accelerators
-    want the whole batch in one kernel. ``together`` (``pinv_init="global"``, a max over all
-    slices) requires all slices at once.
+    want the whole batch in one kernel.
     """
     check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
-    if together:
-        if head_chunk_size is not None and head_chunk_size < num_slices:
-            raise ValueError(
-                f"{method}(): pinv_init='global' takes a max over every (example, head) slice, "
-                f"so it needs them all at once: `head_chunk_size` must be None or >= "
-                f"batch * heads = {num_slices}; got {head_chunk_size!r}."
-            )
-        return num_slices
     if head_chunk_size is None:
         head_chunk_size = num_slices
         if jax.default_backend() == "cpu":
@@ -399,7 +390,6 @@ def lift(
     *per_head_args: Array,
     method: str,
     head_chunk_size: int | None,
-    together: bool = False,
 ) -> Array:
     """Applies ``per_head(q, k, v, q_valid, k_valid, *args)`` to every batch element and head.
 
@@ -423,8 +413,7 @@ def lift(
         return method_head(q, k, v, q_valid, k_valid, *args)
 
     head_chunk_size = resolve_head_chunk_size(
-        method, head_chunk_size, b * heads, max(query.shape[-3], key.shape[-3]),
-        together=together)
+        method, head_chunk_size, b * heads, max(query.shape[-3], key.shape[-3]))
     q, k, v = (x.reshape(b, *x.shape[-3:]) for x in (query, key, value))
     if head_chunk_size >= b * heads:
         over_heads = jax.vmap(

@@ -12,6 +12,7 @@ from spectral_jax.attention import _common, _softmax
 from spectral_jax.attention._landmarks import evenly_spaced_positions
 from spectral_jax.attention._nystrom import (
     check_landmark_args,
+    global_pinv_norm,
     landmark_kernels,
     landmark_values,
 )
@@ -55,12 +56,12 @@ def _trace_softmax(
 def _shift_head(
     q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, q_landmark_valid: Array, *,
     scale: float, num_landmarks: int, pinv_iterations: int | None, pinv_init: str,
-    shift: str, return_delta: bool,
+    shift: str, return_delta: bool, pinv_scale: Array | None = None,
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
     q, k, v = q.astype(ct) * scale, k.astype(ct), v.astype(ct)
     kern = landmark_kernels(q, k, q_landmark_valid, k_valid, num_landmarks)
-    z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
+    z = iterative_pinv(kern.a, pinv_iterations, pinv_init, norm=pinv_scale)
     low_rank = kern.f @ landmark_values(kern, z, v, k_valid, num_landmarks)
     if shift == "zero":
         delta = jnp.zeros((), ct)
@@ -210,14 +211,17 @@ def spectral_shift_attention(
         return _softmax.softmax_attention(
             query, key, value, mask=mask, scale=scale, query_seq_lengths=query_seq_lengths,
             key_value_seq_lengths=key_value_seq_lengths)
+    q_landmark_valid = _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths)
     head = functools.partial(
         _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
         pinv_init=pinv_init, shift=shift, return_delta=False,
+        pinv_scale=global_pinv_norm(
+            query, key, q_landmark_valid, k_valid, scale=scale, num_landmarks=num_landmarks,
+            pinv_init=pinv_init, pinv_iterations=pinv_iterations),
     )
     return _common.lift(
-        head, query, key, value, q_valid, k_valid,
-        _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths),
-        method=method, head_chunk_size=head_chunk_size, together=pinv_init == "global",
+        head, query, key, value, q_valid, k_valid, q_landmark_valid,
+        method=method, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)
 
 
@@ -265,14 +269,16 @@ def spectral_shift_delta(
     ct = _common.compute_dtype(query.dtype)
     if num_landmarks >= query.shape[-3]:
         return jnp.zeros(query.shape[:-3] + query.shape[-2:-1], ct)
+    q_landmark_valid = _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths)
     head = functools.partial(
         _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
         pinv_init=pinv_init, shift=shift, return_delta=True,
+        pinv_scale=global_pinv_norm(
+            query, key, q_landmark_valid, k_valid, scale=scale, num_landmarks=num_landmarks,
+            pinv_init=pinv_init, pinv_iterations=pinv_iterations),
     )
     b = q_valid.shape[0]
     flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
-    fn = jax.vmap(jax.vmap(head, in_axes=(1, 1, 1, 0, 0, 0), axis_name="heads"),
-                  axis_name="batch")
-    delta = fn(flat(query), flat(key), flat(key), q_valid, k_valid,
-               _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths))
+    fn = jax.vmap(jax.vmap(head, in_axes=(1, 1, 1, 0, 0, 0)))
+    delta = fn(flat(query), flat(key), flat(key), q_valid, k_valid, q_landmark_valid)
     return delta.reshape(query.shape[:-3] + query.shape[-2:-1])
