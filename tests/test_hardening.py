@@ -131,3 +131,82 @@ def test_causal_feature_scan_gradient_matches_one_chunk():
         chex.assert_trees_all_close(g[0], g[1], rtol=1e-9, atol=1e-10)
         chex.assert_trees_all_close(g[2], g[3], rtol=1e-9, atol=1e-10)
         assert float(jnp.abs(g[0][1][1, 37:]).max()) == 0.0  # padded keys get no gradient
+
+
+# --- static parameters traced by jit say how to keep them static -----------------------
+
+def _static_cases():
+    """Every keyword parameter with a number or bool default, of every method."""
+    import inspect
+    cases = []
+    for name in sa.available_attentions():
+        for param in inspect.signature(sa.get_attention(name)).parameters.values():
+            if param.kind is param.KEYWORD_ONLY and type(param.default) in (int, float, bool):
+                cases.append((name, param.name, param.default))
+        if name != "softmax":
+            cases.append((name, "head_chunk_size", 1))
+    cases.append(("symmetric", "shift", True))
+    cases.append(("symmetric", "num_landmarks", 4))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "param", "value"), _static_cases())
+def test_traced_static_parameter_says_how_to_keep_it_static(name, param, value):
+    # Issue 15.9: jax.jit(nystrom_attention)(q, k, v, num_landmarks=32) said "must be a
+    # positive int; got JitTracer(...)".
+    from attention_cases import method_kwargs
+    x = jnp.ones((1, 16, 2, 8))
+    if name == "symmetric":
+        fn, kwargs = sa.symmetric_spectral_shift_attention, {}
+    else:
+        fn, kwargs = sa.get_attention(name), method_kwargs(name, n=16, head_dim=8)
+    kwargs.pop(param, None)
+    call = jax.jit(lambda x, value: fn(x, x, x, **kwargs, **{param: value}))
+    method = fn.__name__
+    with pytest.raises(TypeError, match=(
+            rf"{method}\(\): `{param}` must be a static Python value, but it is traced .*"
+            rf"functools.partial\({method}, {param}=...\).*static_argnames=\('{param}',\)")):
+        call(x, value)
+
+
+def test_traced_num_landmarks_issue_input():
+    q = jnp.ones((1, 64, 2, 8))
+    with pytest.raises(TypeError, match=r"`num_landmarks` must be a static Python value.*"
+                                        r"functools.partial.*static_argnames"):
+        jax.jit(sa.nystrom_attention)(q, q, q, num_landmarks=32)
+    # ... and the ways it names work.
+    want = sa.nystrom_attention(q, q, q, num_landmarks=32)
+    chex.assert_trees_all_close(
+        jax.jit(functools.partial(sa.nystrom_attention, num_landmarks=32))(q, q, q), want)
+    chex.assert_trees_all_close(
+        jax.jit(sa.nystrom_attention, static_argnames=("num_landmarks",))(
+            q, q, q, num_landmarks=32), want)
+
+
+# --- softmax_attention's dropout: errors name it, a traced rate works -------------------
+
+def test_softmax_dropout_errors_name_softmax_attention():
+    x = jnp.ones((1, 8, 2, 4))
+    rng = jax.random.key(0)
+    for rate, match in ((1.5, r"must be in \[0, 1\); got 1.5"), (-0.1, "must be a finite float >= 0")):
+        with pytest.raises(ValueError, match=rf"^softmax_attention\(\): `dropout_rate` {match}"):
+            sa.softmax_attention(x, x, x, dropout_rate=rate, dropout_rng=rng, deterministic=False)
+    with pytest.raises(ValueError, match=r"^softmax_attention\(\): dropout_rate=0.5 .*`dropout_rng`"):
+        sa.softmax_attention(x, x, x, dropout_rate=0.5, deterministic=False)
+
+
+def test_softmax_dropout_rate_traced_under_jit():
+    # Issue 15.11: a traced rate gave TracerBoolConversionError. It is a probability for
+    # jax.random.bernoulli, so it works, giving what the same concrete rate gives.
+    x = jax.random.normal(jax.random.key(1), (2, 8, 2, 4))
+    rng = jax.random.key(2)
+    call = lambda rate: sa.softmax_attention(  # noqa: E731
+        x, x, x, dropout_rate=rate, dropout_rng=rng, deterministic=False)
+    traced = jax.jit(call)
+    chex.assert_trees_all_close(traced(jnp.float32(0.5)), call(0.5), atol=1e-6)
+    chex.assert_trees_all_close(traced(jnp.float32(0.0)), sa.softmax_attention(x, x, x),
+                                atol=1e-6)
+    # The approximate methods have no weight dropout: a traced rate may be nonzero, so it
+    # is refused as a concrete nonzero rate is.
+    with pytest.raises(NotImplementedError, match=r"nystrom_attention\(\): attention-weight dropout"):
+        jax.jit(lambda r: sa.nystrom_attention(x, x, x, num_landmarks=4, dropout_rate=r))(0.1)

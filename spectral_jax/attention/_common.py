@@ -49,7 +49,9 @@ def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool =
             f"parameters it accepts only Flax's attention_fn keywords {sorted(FLAX_KWARGS)}."
         )
     rate = kwargs.get("dropout_rate")
-    if not dropout_ok and rate and not kwargs.get("deterministic", False):
+    # A rate traced under jit may be nonzero, so it counts as dropout asked for.
+    asked = isinstance(rate, jax.core.Tracer) or (rate is not None and bool(np.any(rate != 0)))
+    if not dropout_ok and asked and not kwargs.get("deterministic", False):
         raise NotImplementedError(
             f"{method}(): attention-weight dropout is not implemented (no weight matrix is "
             f"formed); got dropout_rate={rate!r} with deterministic="
@@ -111,7 +113,20 @@ def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:
         )
 
 
+def reject_traced(method: str, name: str, value: Any) -> None:
+    """A static (Python-level) parameter traced by ``jax.jit`` gets an error that says how
+    to keep it static, rather than a type error about a tracer."""
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"{method}(): `{name}` must be a static Python value, but it is traced "
+            f"({value!r}): it sets shapes or control flow, so it cannot be a jit argument. "
+            f"Bind it before jitting, jax.jit(functools.partial({method}, {name}=...)), or "
+            f"mark it static, jax.jit(f, static_argnames=('{name}',))."
+        )
+
+
 def check_bool(method: str, name: str, value: Any) -> None:
+    reject_traced(method, name, value)
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{method}(): `{name}` must be a bool; got {value!r}.")
 
@@ -119,6 +134,7 @@ def check_bool(method: str, name: str, value: Any) -> None:
 def check_positive_int(method: str, name: str, value: Any, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
+    reject_traced(method, name, value)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         allowed = "a positive int" + (" or None" if allow_none else "")
         raise ValueError(f"{method}(): `{name}` must be {allowed}; got {value!r}.")
@@ -130,6 +146,7 @@ def check_nonnegative_float(method: str, name: str, value: Any) -> float:
     NumPy and 0-d JAX scalars are accepted (configs loaded from files give them); bools,
     arrays, NaN and inf are not, as they would only surface later as NaN outputs.
     """
+    reject_traced(method, name, value)
     try:
         number = float(value) if not isinstance(value, bool) and np.ndim(value) == 0 else None
     except (TypeError, ValueError):
@@ -153,6 +170,7 @@ def check_single_key(method: str, name: str, value: Any) -> None:
 
 
 def check_choice(method: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:
+    reject_traced(method, name, value)
     if value not in allowed:
         raise ValueError(f"{method}(): `{name}` must be one of {allowed}; got {value!r}.")
 

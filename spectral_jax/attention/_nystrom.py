@@ -48,6 +48,7 @@ def check_landmark_args(
     method: str, num_landmarks: Any, pinv_iterations: Any, pinv_init: Any
 ) -> None:
     _common.check_positive_int(method, "num_landmarks", num_landmarks)
+    _common.reject_traced(method, "pinv_iterations", pinv_iterations)
     if pinv_iterations is not None and (
         isinstance(pinv_iterations, bool)
         or not isinstance(pinv_iterations, (int, np.integer))

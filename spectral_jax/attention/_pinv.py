@@ -60,6 +60,7 @@ def iterative_pinv(
         raise ValueError(
             f"{method}(): `matrix` must be square (..., m, m); got shape {matrix.shape}.")
     _common.check_choice(method, "init", init, PINV_INITS)
+    _common.reject_traced(method, "num_iterations", num_iterations)
     if num_iterations is None:
         return jnp.linalg.pinv(matrix, hermitian=False)
     if (isinstance(num_iterations, bool) or not isinstance(num_iterations, (int, np.integer))

@@ -170,6 +170,8 @@ def symmetric_spectral_shift_attention(
     _common.reject_bias(method, bias)
     _common.reject_causal(method, is_causal)
     _common.check_choice(method, "kernel", kernel, KERNELS)
+    _common.reject_traced(method, "normalize", normalize)
+    _common.reject_traced(method, "shift", shift)
     check_landmark_args(method, num_landmarks, pinv_iterations, "per_matrix")
     scale = _common.default_scale(method, scale, query.shape[-1])
     if normalize is None:
