@@ -210,3 +210,37 @@ def test_softmax_dropout_rate_traced_under_jit():
     # is refused as a concrete nonzero rate is.
     with pytest.raises(NotImplementedError, match=r"nystrom_attention\(\): attention-weight dropout"):
         jax.jit(lambda r: sa.nystrom_attention(x, x, x, num_landmarks=4, dropout_rate=r))(0.1)
+
+
+# --- a step directory with partial content is not the latest checkpoint ----------------
+
+@pytest.mark.parametrize("remove", ["meta", "state/_METADATA"])
+def test_incomplete_checkpoint_is_skipped_with_a_warning(tmp_path, remove):
+    import shutil
+
+    from flax import nnx
+
+    from spectral_jax.train.checkpoint import Checkpointer
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    state = nnx.state(model)
+    ckpt = Checkpointer(str(tmp_path), keep=3)
+    for step in (2, 4):
+        ckpt.save(step, jax.tree.map(lambda x, s=step: x + s, state), {"step": step}, 0.1 * step)
+    ckpt.close()
+    target = tmp_path / "4" / remove
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    # Issue 15.7: resuming took step 4 and failed with KeyError 'Item "meta" was not found'.
+    with pytest.warns(UserWarning, match=rf"checkpoint directory {tmp_path}/4 is incomplete "
+                                         rf"\(missing {remove}.*moved to {tmp_path}/4.incomplete"):
+        ckpt = Checkpointer(str(tmp_path), keep=3)
+    assert ckpt.latest_step() == 2
+    restored, meta = ckpt.restore(2, state)
+    assert meta == {"step": 2}
+    chex.assert_trees_all_close(nnx.to_pure_dict(restored),
+                                nnx.to_pure_dict(jax.tree.map(lambda x: x + 2, state)))
+    ckpt.save(4, state, {"step": 4}, 0.4)  # the step is saved again, no collision
+    ckpt.close()
+    reopened = Checkpointer(str(tmp_path), keep=3)
+    assert reopened.latest_step() == 4
+    reopened.close()
+    assert (tmp_path / "4.incomplete").is_dir()
