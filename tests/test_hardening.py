@@ -244,3 +244,21 @@ def test_incomplete_checkpoint_is_skipped_with_a_warning(tmp_path, remove):
     assert reopened.latest_step() == 4
     reopened.close()
     assert (tmp_path / "4.incomplete").is_dir()
+
+
+# --- loading Path-X warns once about the release's known fault --------------------------
+
+def test_pathx_warns_once_naming_lra_issue_38(tmp_path, monkeypatch):
+    import warnings
+
+    from spectral_jax.data import pathfinder
+    pathfinder.generate(tmp_path, resolution=128, num_images=2, seed=0)
+    monkeypatch.setattr(pathfinder, "_warned_pathx", False)
+    with pytest.warns(UserWarning, match=r"pathfinder128.*long-range-arena issue #38"):
+        task = pathfinder.load(tmp_path, resolution=128, name="pathx")
+    assert task.splits["train"].inputs.shape[1] == 128 * 128
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: not again
+        pathfinder.load(tmp_path, resolution=128, name="pathx")
+        pathfinder.generate(tmp_path / "small", resolution=32, num_images=2, seed=0)
+        pathfinder.load(tmp_path / "small", resolution=32)  # 32x32 never warns
