@@ -6,15 +6,14 @@ lifted here with ``jax.vmap`` over heads and batch, so the per-head code never s
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import checkify
 
 Array = jax.Array
 
@@ -219,7 +218,8 @@ def default_scale(method: str, scale: Any, head_dim: int) -> Any:
 def padding_from_mask(
     method: str, mask: Array | None, query: Array, key: Array, *,
     query_seq_lengths: Array | None = None, key_value_seq_lengths: Array | None = None,
-) -> tuple[Array, Array]:
+    with_check: bool = False,
+) -> tuple[Array, ...]:
     """Reduces an attention mask to query and key padding, per batch element and head.
 
     A padding mask is the outer product ``q_valid[:, None] & k_valid[None, :]`` (what
@@ -227,9 +227,11 @@ def padding_from_mask(
     ``key_valid[k] = any_q mask[q, k]`` and ``query_valid[q] = any_k mask[q, k]``, which
     recovers both exactly. Any other mask (causal, banded, ...) is not a padding mask and
     cannot be honoured by these methods: a concrete mask raises a ValueError at once. A mask
-    traced under jit is trusted to be a padding mask, unless the environment variable
-    ``SPECTRAL_JAX_CHECK_MASKS=1`` is set when tracing: then it is checked on the device and
-    the ValueError is raised from a host callback (one host sync per call).
+    traced under jit is checked on the device, per example (a reduction XLA fuses with the
+    mask's construction): ``with_check=True`` also returns that verdict, with which
+    :func:`lift` turns the outputs of an example whose mask is not a padding mask into NaN,
+    so a wrong mask is never silent; under ``jax.experimental.checkify.checkify`` the same
+    check raises an error naming the method and the fault.
 
     ``query_seq_lengths`` / ``key_value_seq_lengths`` (int ``(batch...,)``, as in
     ``jax.nn.dot_product_attention``) mark only a prefix of each example valid; they are
@@ -237,7 +239,8 @@ def padding_from_mask(
 
     Returns:
       ``query_valid`` bool ``(B, H, q_len)`` and ``key_valid`` bool ``(B, H, kv_len)``, with
-      the batch dims flattened to ``B``.
+      the batch dims flattened to ``B``; with ``with_check``, also ``mask_ok``: bool ``(B,)``
+      for a traced mask, else None.
     """
     batch_shape = query.shape[:-3]
     q_len, heads = query.shape[-3], query.shape[-2]
@@ -254,7 +257,7 @@ def padding_from_mask(
         b, 1, kv_len)
     if mask is None:
         return (jnp.broadcast_to(q_prefix, (b, heads, q_len)),
-                jnp.broadcast_to(k_prefix, (b, heads, kv_len)))
+                jnp.broadcast_to(k_prefix, (b, heads, kv_len))) + ((None,) if with_check else ())
     mask = as_bool_mask(method, mask)
     if mask.ndim < 2:  # a 1-D mask broadcasts as a key mask
         mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)
@@ -263,18 +266,23 @@ def padding_from_mask(
     # (B, H, L, L), and XLA fuses the outer product into these reductions.
     q_any = mask.any(axis=-1, keepdims=True)
     k_any = mask.any(axis=-2, keepdims=True)
-    is_padding = jnp.all((q_any & k_any) == mask)
-    if not isinstance(is_padding, jax.core.Tracer):
-        _raise_if_not_padding(method, is_padding)
-    elif os.environ.get("SPECTRAL_JAX_CHECK_MASKS") == "1":
-        # Under jit the mask is traced and can only be checked on the device, raising from a
-        # host callback. That sync cut the quick ListOps run from about 510 to 320 examples/s
-        # on CPU, so it is opt-in (read at trace time).
-        jax.debug.callback(functools.partial(_raise_if_not_padding, method), is_padding)
+    same = (q_any & k_any) == mask
+    same = same.reshape((1,) * (len(full) - same.ndim) + same.shape)
+    mask_ok = jnp.all(same, axis=(-3, -2, -1))  # per example (batch dims of the mask)
+    if not isinstance(mask_ok, jax.core.Tracer):
+        _raise_if_not_padding(method, jnp.all(mask_ok))
+        mask_ok = None
+    else:
+        # Under jit the mask can only be checked on the device. A host callback raising the
+        # error cost a sync per call (510 -> 320 examples/s on the quick ListOps run), so the
+        # verdict stays on the device: NaN outputs (see lift) and a checkify check.
+        mask_ok = jnp.broadcast_to(mask_ok, batch_shape).reshape(b)
+        checkify.debug_check(jnp.all(mask_ok), _NOT_PADDING.format(method=method))
     query_valid = jnp.broadcast_to(q_any[..., 0], full[:-1]).reshape(b, heads, q_len)
     key_valid = jnp.broadcast_to(k_any[..., 0, :], full[:-2] + full[-1:]).reshape(
         b, heads, kv_len)
-    return query_valid & q_prefix, key_valid & k_prefix
+    out = (query_valid & q_prefix, key_valid & k_prefix)
+    return out + (mask_ok,) if with_check else out
 
 
 def landmark_query_valid(
@@ -332,14 +340,16 @@ def seq_lengths_valid(
     return jnp.arange(length) < lengths[..., None]
 
 
+_NOT_PADDING = (
+    "{method}(): `mask` must be a padding mask (q_valid[:, None] & k_valid[None, :], as "
+    "built by flax.nnx.make_attention_mask); got a mask that is not an outer product, e.g. "
+    "causal or banded. Use is_causal=True with a causal method, or softmax_attention for "
+    "arbitrary masks.")
+
+
 def _raise_if_not_padding(method: str, is_padding: Any) -> None:
     if not bool(is_padding):
-        raise ValueError(
-            f"{method}(): `mask` must be a padding mask (q_valid[:, None] & k_valid[None, :], "
-            "as built by flax.nnx.make_attention_mask); got a mask that is not an outer "
-            "product, e.g. causal or banded. Use is_causal=True with a causal method, or "
-            "softmax_attention for arbitrary masks."
-        )
+        raise ValueError(_NOT_PADDING.format(method=method))
 
 
 def check_mask_shape(
@@ -408,6 +418,7 @@ def lift(
     *per_head_args: Array,
     method: str,
     head_chunk_size: int | None,
+    mask_ok: Array | None = None,
 ) -> Array:
     """Applies ``per_head(q, k, v, q_valid, k_valid, *args)`` to every batch element and head.
 
@@ -416,7 +427,8 @@ def lift(
     ``head_chunk_size`` resolved by :func:`resolve_head_chunk_size` to ``B * H``, the per-head function
     is vmapped with axis names ``"batch"`` and ``"heads"``; otherwise ``jax.lax.map`` runs
     ``head_chunk_size`` slices per step, each under ``jax.checkpoint``, so the backward pass
-    keeps no per-slice residuals and memory stays at one chunk's kernels.
+    keeps no per-slice residuals and memory stays at one chunk's kernels. ``mask_ok`` (bool
+    ``(B,)``, from :func:`padding_from_mask`) makes the outputs of failing examples NaN.
     """
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
@@ -440,7 +452,7 @@ def lift(
         )
         out = jax.vmap(over_heads, axis_name="batch")(
             q, k, v, query_valid, key_valid, *per_head_args)
-        return out.reshape(*batch_shape, *out.shape[1:])
+        return _poison(out, mask_ok).reshape(*batch_shape, *out.shape[1:])
 
     def one_slice(index: Array) -> Array:
         # Slicing the (B, n, H, d) inputs inside the step, rather than mapping over
@@ -456,8 +468,15 @@ def lift(
 
     out = jax.lax.map(jax.checkpoint(one_slice), jnp.arange(b * heads),
                       batch_size=head_chunk_size if head_chunk_size > 1 else None)
-    out = out.reshape(b, heads, *out.shape[1:]).swapaxes(1, 2)
+    out = _poison(out.reshape(b, heads, *out.shape[1:]).swapaxes(1, 2), mask_ok)
     return out.reshape(*batch_shape, *out.shape[1:])
+
+
+def _poison(out: Array, mask_ok: Array | None) -> Array:
+    """NaN for every output of an example whose traced mask was not a padding mask."""
+    if mask_ok is None:
+        return out
+    return jnp.where(mask_ok.reshape((-1,) + (1,) * (out.ndim - 1)), out, jnp.nan)
 
 
 def masked_softmax(logits: Array, valid: Array, axis: int = -1) -> Array:

@@ -171,16 +171,16 @@ def linear_attention(
             f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
         )
     check_causal_lengths(method, is_causal, query, key)
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     head = functools.partial(
         _linear_head, feature_map=feature_map, is_causal=is_causal, chunk_size=chunk_size,
         eps=_common.check_nonnegative_float(method, "eps", eps),
     )
     return _common.lift(
         head, query, key, value, q_valid, k_valid,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)
 
 

@@ -202,9 +202,9 @@ def nystrom_attention(
     # Checked here too, as the num_landmarks >= length path below never reaches lift().
     _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     if num_landmarks >= key.shape[-3]:
         return _softmax.softmax_attention(
             query, key, value, mask=mask, scale=scale, query_seq_lengths=query_seq_lengths,
@@ -219,5 +219,5 @@ def nystrom_attention(
     )
     return _common.lift(
         head, query, key, value, q_valid, k_valid, q_landmark_valid,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)

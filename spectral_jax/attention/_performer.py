@@ -206,14 +206,14 @@ def performer_attention(
         )
     check_causal_lengths(method, is_causal, query, key)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     head = functools.partial(
         _performer_head, projection=projection, scale=scale, is_causal=is_causal,
         eps=_common.check_nonnegative_float(method, "eps", eps), chunk_size=chunk_size,
     )
     return _common.lift(
         head, query, key, value, q_valid, k_valid,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)

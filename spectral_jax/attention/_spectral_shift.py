@@ -204,9 +204,9 @@ def spectral_shift_attention(
     _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
     _check_shift_args(method, query, key, shift)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     if num_landmarks >= query.shape[-3]:
         return _softmax.softmax_attention(
             query, key, value, mask=mask, scale=scale, query_seq_lengths=query_seq_lengths,
@@ -221,7 +221,7 @@ def spectral_shift_attention(
     )
     return _common.lift(
         head, query, key, value, q_valid, k_valid, q_landmark_valid,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)
 
 
@@ -263,9 +263,9 @@ def spectral_shift_delta(
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
     _check_shift_args(method, query, key, shift)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     ct = _common.compute_dtype(query.dtype)
     if num_landmarks >= query.shape[-3]:
         return jnp.zeros(query.shape[:-3] + query.shape[-2:-1], ct)
@@ -281,4 +281,6 @@ def spectral_shift_delta(
     flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
     fn = jax.vmap(jax.vmap(head, in_axes=(1, 1, 1, 0, 0, 0)))
     delta = fn(flat(query), flat(key), flat(key), q_valid, k_valid, q_landmark_valid)
+    if mask_ok is not None:  # a traced mask that is not a padding mask: NaN, never silent
+        delta = jnp.where(mask_ok[:, None], delta, jnp.nan)
     return delta.reshape(query.shape[:-3] + query.shape[-2:-1])
