@@ -264,11 +264,15 @@ def padding_from_mask(
     check_mask_shape(method, mask, full)
     # Reduce before broadcasting: a (B, 1, L, L) outer-product mask is never expanded to
     # (B, H, L, L), and XLA fuses the outer product into these reductions.
-    q_any = mask.any(axis=-1, keepdims=True)
+    # Row counts rather than a comparison with the outer product: the mask lies inside
+    # q_any ⊗ k_any, so it equals it exactly when every non-empty row has as many keys as
+    # k_any. The check then reuses the two reductions the padding needs (no third pass).
+    row_count = mask.sum(axis=-1, dtype=jnp.int32, keepdims=True)
+    q_any = row_count > 0
     k_any = mask.any(axis=-2, keepdims=True)
-    same = (q_any & k_any) == mask
-    same = same.reshape((1,) * (len(full) - same.ndim) + same.shape)
-    mask_ok = jnp.all(same, axis=(-3, -2, -1))  # per example (batch dims of the mask)
+    full_rows = ~q_any | (row_count == k_any.sum(axis=-1, dtype=jnp.int32, keepdims=True))
+    full_rows = full_rows.reshape((1,) * (len(full) - full_rows.ndim) + full_rows.shape)
+    mask_ok = jnp.all(full_rows, axis=(-3, -2, -1))  # per example (batch dims of the mask)
     if not isinstance(mask_ok, jax.core.Tracer):
         _raise_if_not_padding(method, jnp.all(mask_ok))
         mask_ok = None
