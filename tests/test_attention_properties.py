@@ -231,7 +231,6 @@ def test_default_head_chunk_size_on_cpu():
     assert resolve_head_chunk_size("f", None, 4, 48) == 4
     assert resolve_head_chunk_size("f", 3, 4, 8192) == 3
     assert resolve_head_chunk_size("f", 99, 4, 8192) == 4
-    assert resolve_head_chunk_size("f", None, 128, 256, together=True) == 128
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -6,15 +6,14 @@ lifted here with ``jax.vmap`` over heads and batch, so the per-head code never s
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import checkify
 
 from spectral_jax import _checks
 
@@ -51,7 +50,9 @@ def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool =
             f"parameters it accepts only Flax's attention_fn keywords {sorted(FLAX_KWARGS)}."
         )
     rate = kwargs.get("dropout_rate")
-    if not dropout_ok and rate and not kwargs.get("deterministic", False):
+    # A rate traced under jit may be nonzero, so it counts as dropout asked for.
+    asked = isinstance(rate, jax.core.Tracer) or (rate is not None and bool(np.any(rate != 0)))
+    if not dropout_ok and asked and not kwargs.get("deterministic", False):
         raise NotImplementedError(
             f"{method}(): attention-weight dropout is not implemented (no weight matrix is "
             f"formed); got dropout_rate={rate!r} with deterministic="
@@ -113,15 +114,34 @@ def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:
         )
 
 
+def reject_traced(method: str, name: str, value: Any) -> None:
+    """A static (Python-level) parameter traced by ``jax.jit`` gets an error that says how
+    to keep it static, rather than a type error about a tracer."""
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"{method}(): `{name}` must be a static Python value, but it is traced "
+            f"({value!r}): it sets shapes or control flow, so it cannot be a jit argument. "
+            f"Bind it before jitting, jax.jit(functools.partial({method}, {name}=...)), or "
+            f"mark it static, jax.jit(f, static_argnames=('{name}',))."
+        )
+
+
 def check_bool(method: str, name: str, value: Any) -> None:
+    reject_traced(method, name, value)
     _checks.boolean(f"{method}()", name, value)
 
 
 def check_positive_int(method: str, name: str, value: Any, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    reject_traced(method, name, value)
     _checks.positive_int(f"{method}()", name, value, allow_none=allow_none)
 
 
 def check_nonnegative_int(method: str, name: str, value: Any, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    reject_traced(method, name, value)
     _checks.nonnegative_int(f"{method}()", name, value, allow_none=allow_none)
 
 
@@ -132,6 +152,7 @@ def check_nonnegative_float(method: str, name: str, value: Any) -> float:
     NaN and inf are not (ValueError), nor are strings or arrays with dimensions (TypeError), as
     they would only surface later as NaN outputs.
     """
+    reject_traced(method, name, value)
     return _checks.number(f"{method}()", name, value, low=0.0, what="a finite float >= 0")
 
 
@@ -149,6 +170,7 @@ def check_single_key(method: str, name: str, value: Any) -> None:
 
 
 def check_choice(method: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:
+    reject_traced(method, name, value)
     _checks.choice(f"{method}()", name, value, allowed)
 
 
@@ -196,7 +218,8 @@ def default_scale(method: str, scale: Any, head_dim: int) -> Any:
 def padding_from_mask(
     method: str, mask: Array | None, query: Array, key: Array, *,
     query_seq_lengths: Array | None = None, key_value_seq_lengths: Array | None = None,
-) -> tuple[Array, Array]:
+    with_check: bool = False,
+) -> tuple[Array, ...]:
     """Reduces an attention mask to query and key padding, per batch element and head.
 
     A padding mask is the outer product ``q_valid[:, None] & k_valid[None, :]`` (what
@@ -204,9 +227,11 @@ def padding_from_mask(
     ``key_valid[k] = any_q mask[q, k]`` and ``query_valid[q] = any_k mask[q, k]``, which
     recovers both exactly. Any other mask (causal, banded, ...) is not a padding mask and
     cannot be honoured by these methods: a concrete mask raises a ValueError at once. A mask
-    traced under jit is trusted to be a padding mask, unless the environment variable
-    ``SPECTRAL_JAX_CHECK_MASKS=1`` is set when tracing: then it is checked on the device and
-    the ValueError is raised from a host callback (one host sync per call).
+    traced under jit is checked on the device, per example (a reduction XLA fuses with the
+    mask's construction): ``with_check=True`` also returns that verdict, with which
+    :func:`lift` turns the outputs of an example whose mask is not a padding mask into NaN,
+    so a wrong mask is never silent; under ``jax.experimental.checkify.checkify`` the same
+    check raises an error naming the method and the fault.
 
     ``query_seq_lengths`` / ``key_value_seq_lengths`` (int ``(batch...,)``, as in
     ``jax.nn.dot_product_attention``) mark only a prefix of each example valid; they are
@@ -214,7 +239,8 @@ def padding_from_mask(
 
     Returns:
       ``query_valid`` bool ``(B, H, q_len)`` and ``key_valid`` bool ``(B, H, kv_len)``, with
-      the batch dims flattened to ``B``.
+      the batch dims flattened to ``B``; with ``with_check``, also ``mask_ok``: bool ``(B,)``
+      for a traced mask, else None.
     """
     batch_shape = query.shape[:-3]
     q_len, heads = query.shape[-3], query.shape[-2]
@@ -231,27 +257,36 @@ def padding_from_mask(
         b, 1, kv_len)
     if mask is None:
         return (jnp.broadcast_to(q_prefix, (b, heads, q_len)),
-                jnp.broadcast_to(k_prefix, (b, heads, kv_len)))
+                jnp.broadcast_to(k_prefix, (b, heads, kv_len))) + ((None,) if with_check else ())
     mask = as_bool_mask(method, mask)
     if mask.ndim < 2:  # a 1-D mask broadcasts as a key mask
         mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)
     check_mask_shape(method, mask, full)
     # Reduce before broadcasting: a (B, 1, L, L) outer-product mask is never expanded to
     # (B, H, L, L), and XLA fuses the outer product into these reductions.
-    q_any = mask.any(axis=-1, keepdims=True)
+    # Row counts rather than a comparison with the outer product: the mask lies inside
+    # q_any ⊗ k_any, so it equals it exactly when every non-empty row has as many keys as
+    # k_any. The check then reuses the two reductions the padding needs (no third pass).
+    row_count = mask.sum(axis=-1, dtype=jnp.int32, keepdims=True)
+    q_any = row_count > 0
     k_any = mask.any(axis=-2, keepdims=True)
-    is_padding = jnp.all((q_any & k_any) == mask)
-    if not isinstance(is_padding, jax.core.Tracer):
-        _raise_if_not_padding(method, is_padding)
-    elif os.environ.get("SPECTRAL_JAX_CHECK_MASKS") == "1":
-        # Under jit the mask is traced and can only be checked on the device, raising from a
-        # host callback. That sync cut the quick ListOps run from about 510 to 320 examples/s
-        # on CPU, so it is opt-in (read at trace time).
-        jax.debug.callback(functools.partial(_raise_if_not_padding, method), is_padding)
+    full_rows = ~q_any | (row_count == k_any.sum(axis=-1, dtype=jnp.int32, keepdims=True))
+    full_rows = full_rows.reshape((1,) * (len(full) - full_rows.ndim) + full_rows.shape)
+    mask_ok = jnp.all(full_rows, axis=(-3, -2, -1))  # per example (batch dims of the mask)
+    if not isinstance(mask_ok, jax.core.Tracer):
+        _raise_if_not_padding(method, jnp.all(mask_ok))
+        mask_ok = None
+    else:
+        # Under jit the mask can only be checked on the device. A host callback raising the
+        # error cost a sync per call (510 -> 320 examples/s on the quick ListOps run), so the
+        # verdict stays on the device: NaN outputs (see lift) and a checkify check.
+        mask_ok = jnp.broadcast_to(mask_ok, batch_shape).reshape(b)
+        checkify.debug_check(jnp.all(mask_ok), _NOT_PADDING.format(method=method))
     query_valid = jnp.broadcast_to(q_any[..., 0], full[:-1]).reshape(b, heads, q_len)
     key_valid = jnp.broadcast_to(k_any[..., 0, :], full[:-2] + full[-1:]).reshape(
         b, heads, kv_len)
-    return query_valid & q_prefix, key_valid & k_prefix
+    out = (query_valid & q_prefix, key_valid & k_prefix)
+    return out + (mask_ok,) if with_check else out
 
 
 def landmark_query_valid(
@@ -309,14 +344,16 @@ def seq_lengths_valid(
     return jnp.arange(length) < lengths[..., None]
 
 
+_NOT_PADDING = (
+    "{method}(): `mask` must be a padding mask (q_valid[:, None] & k_valid[None, :], as "
+    "built by flax.nnx.make_attention_mask); got a mask that is not an outer product, e.g. "
+    "causal or banded. Use is_causal=True with a causal method, or softmax_attention for "
+    "arbitrary masks.")
+
+
 def _raise_if_not_padding(method: str, is_padding: Any) -> None:
     if not bool(is_padding):
-        raise ValueError(
-            f"{method}(): `mask` must be a padding mask (q_valid[:, None] & k_valid[None, :], "
-            "as built by flax.nnx.make_attention_mask); got a mask that is not an outer "
-            "product, e.g. causal or banded. Use is_causal=True with a causal method, or "
-            "softmax_attention for arbitrary masks."
-        )
+        raise ValueError(_NOT_PADDING.format(method=method))
 
 
 def check_mask_shape(
@@ -353,7 +390,7 @@ CPU_TOKENS_PER_STEP = 4096
 
 
 def resolve_head_chunk_size(
-    method: str, head_chunk_size: Any, num_slices: int, length: int, *, together: bool = False
+    method: str, head_chunk_size: Any, num_slices: int, length: int
 ) -> int:
     """How many (example, head) slices :func:`lift` computes at once.
 
@@ -364,18 +401,9 @@ def resolve_head_chunk_size(
     19 MiB (one head per step, its n x m kernels staying in cache); at n = 256, batch 32,
     2 heads, 16 slices per step were fastest; at n = 128 (the quick ListOps preset) plain
     vmap was, as the loop and the rematerialisation cost more than they save. Accelerators
-    want the whole batch in one kernel. ``together`` (``pinv_init="global"``, a max over all
-    slices) requires all slices at once.
+    want the whole batch in one kernel.
     """
     check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
-    if together:
-        if head_chunk_size is not None and head_chunk_size < num_slices:
-            raise ValueError(
-                f"{method}(): pinv_init='global' takes a max over every (example, head) slice, "
-                f"so it needs them all at once: `head_chunk_size` must be None or >= "
-                f"batch * heads = {num_slices}; got {head_chunk_size!r}."
-            )
-        return num_slices
     if head_chunk_size is None:
         head_chunk_size = num_slices
         if jax.default_backend() == "cpu":
@@ -394,7 +422,7 @@ def lift(
     *per_head_args: Array,
     method: str,
     head_chunk_size: int | None,
-    together: bool = False,
+    mask_ok: Array | None = None,
 ) -> Array:
     """Applies ``per_head(q, k, v, q_valid, k_valid, *args)`` to every batch element and head.
 
@@ -403,7 +431,8 @@ def lift(
     ``head_chunk_size`` resolved by :func:`resolve_head_chunk_size` to ``B * H``, the per-head function
     is vmapped with axis names ``"batch"`` and ``"heads"``; otherwise ``jax.lax.map`` runs
     ``head_chunk_size`` slices per step, each under ``jax.checkpoint``, so the backward pass
-    keeps no per-slice residuals and memory stays at one chunk's kernels.
+    keeps no per-slice residuals and memory stays at one chunk's kernels. ``mask_ok`` (bool
+    ``(B,)``, from :func:`padding_from_mask`) makes the outputs of failing examples NaN.
     """
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
@@ -418,8 +447,7 @@ def lift(
         return method_head(q, k, v, q_valid, k_valid, *args)
 
     head_chunk_size = resolve_head_chunk_size(
-        method, head_chunk_size, b * heads, max(query.shape[-3], key.shape[-3]),
-        together=together)
+        method, head_chunk_size, b * heads, max(query.shape[-3], key.shape[-3]))
     q, k, v = (x.reshape(b, *x.shape[-3:]) for x in (query, key, value))
     if head_chunk_size >= b * heads:
         over_heads = jax.vmap(
@@ -428,7 +456,7 @@ def lift(
         )
         out = jax.vmap(over_heads, axis_name="batch")(
             q, k, v, query_valid, key_valid, *per_head_args)
-        return out.reshape(*batch_shape, *out.shape[1:])
+        return _poison(out, mask_ok).reshape(*batch_shape, *out.shape[1:])
 
     def one_slice(index: Array) -> Array:
         # Slicing the (B, n, H, d) inputs inside the step, rather than mapping over
@@ -444,8 +472,15 @@ def lift(
 
     out = jax.lax.map(jax.checkpoint(one_slice), jnp.arange(b * heads),
                       batch_size=head_chunk_size if head_chunk_size > 1 else None)
-    out = out.reshape(b, heads, *out.shape[1:]).swapaxes(1, 2)
+    out = _poison(out.reshape(b, heads, *out.shape[1:]).swapaxes(1, 2), mask_ok)
     return out.reshape(*batch_shape, *out.shape[1:])
+
+
+def _poison(out: Array, mask_ok: Array | None) -> Array:
+    """NaN for every output of an example whose traced mask was not a padding mask."""
+    if mask_ok is None:
+        return out
+    return jnp.where(mask_ok.reshape((-1,) + (1,) * (out.ndim - 1)), out, jnp.nan)
 
 
 def masked_softmax(logits: Array, valid: Array, axis: int = -1) -> Array:

@@ -11,7 +11,7 @@ import numpy as np
 
 from spectral_jax.attention import _common, _softmax
 from spectral_jax.attention._landmarks import segment_means
-from spectral_jax.attention._pinv import PINV_INITS, iterative_pinv
+from spectral_jax.attention._pinv import PINV_INITS, iterative_pinv, pinv_norm
 
 Array = jax.Array
 
@@ -48,6 +48,7 @@ def check_landmark_args(
     method: str, num_landmarks: Any, pinv_iterations: Any, pinv_init: Any
 ) -> None:
     _common.check_positive_int(method, "num_landmarks", num_landmarks)
+    _common.reject_traced(method, "pinv_iterations", pinv_iterations)
     if pinv_iterations is not None and (
         isinstance(pinv_iterations, bool)
         or not isinstance(pinv_iterations, (int, np.integer))
@@ -58,6 +59,36 @@ def check_landmark_args(
             f"pseudo-inverse; got {pinv_iterations!r}."
         )
     _common.check_choice(method, "pinv_init", pinv_init, PINV_INITS)
+
+
+def global_pinv_norm(
+    query: Array, key: Array, q_landmark_valid: Array, k_valid: Array, *, scale: Any,
+    num_landmarks: int, pinv_init: str, pinv_iterations: int | None,
+) -> Array | None:
+    """``pinv_init="global"``'s one Z_0 scale over every (example, head) of the call, else None.
+
+    Taken over the whole (batch, heads) stack of landmark matrices A before the per-head
+    code runs, as the reference code does over its (batch, heads, m, m) tensor, and passed
+    in: a ``pmax`` collective inside the vmap over heads has no derivative, fails inside
+    ``shard_map``, and forced every slice into one step. Rebuilding A costs O(n·d + m²·d)
+    per head, small beside the O(n·m·d) kernels. ``query`` and ``key`` are
+    ``(batch..., len, heads, head_dim)``; the masks are ``(B, H, len)``.
+    """
+    if pinv_init != "global" or pinv_iterations is None:
+        return None
+
+    def landmark_matrix(q: Array, k: Array, q_ok: Array, k_ok: Array) -> Array:
+        ct = _common.compute_dtype(q.dtype)
+        q_lm, q_lm_valid = segment_means(q.astype(ct) * scale, q_ok, num_landmarks)
+        k_lm, k_lm_valid = segment_means(k.astype(ct), k_ok, num_landmarks)
+        a = _common.masked_softmax(q_lm @ k_lm.T, k_lm_valid[None, :])
+        return a * q_lm_valid[:, None]
+
+    b = k_valid.shape[0]
+    q, k = (x.reshape(b, *x.shape[-3:]) for x in (query, key))
+    a = jax.vmap(jax.vmap(landmark_matrix, in_axes=(1, 1, 0, 0)))(
+        q, k, q_landmark_valid, k_valid)
+    return pinv_norm(a, "global")
 
 
 def landmark_values(
@@ -79,11 +110,12 @@ def landmark_values(
 def _nystrom_head(
     q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, q_landmark_valid: Array, *,
     scale: float, num_landmarks: int, pinv_iterations: int | None, pinv_init: str,
+    pinv_scale: Array | None,
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
     q, k, v = q.astype(ct) * scale, k.astype(ct), v.astype(ct)
     kern = landmark_kernels(q, k, q_landmark_valid, k_valid, num_landmarks)
-    z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
+    z = iterative_pinv(kern.a, pinv_iterations, pinv_init, norm=pinv_scale)
     # Right-to-left keeps every product O(n m d): never form the n x n matrix.
     out = kern.f @ landmark_values(kern, z, v, k_valid, num_landmarks)
     return jnp.where(q_valid[:, None], out, 0.0)
@@ -171,19 +203,22 @@ def nystrom_attention(
     # Checked here too, as the num_landmarks >= length path below never reaches lift().
     _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     if num_landmarks >= key.shape[-3]:
         return _softmax.softmax_attention(
             query, key, value, mask=mask, scale=scale, query_seq_lengths=query_seq_lengths,
             key_value_seq_lengths=key_value_seq_lengths)
+    q_landmark_valid = _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths)
     head = functools.partial(
         _nystrom_head, scale=scale, num_landmarks=num_landmarks,
         pinv_iterations=pinv_iterations, pinv_init=pinv_init,
+        pinv_scale=global_pinv_norm(
+            query, key, q_landmark_valid, k_valid, scale=scale, num_landmarks=num_landmarks,
+            pinv_init=pinv_init, pinv_iterations=pinv_iterations),
     )
     return _common.lift(
-        head, query, key, value, q_valid, k_valid,
-        _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths),
-        method=method, head_chunk_size=head_chunk_size, together=pinv_init == "global",
+        head, query, key, value, q_valid, k_valid, q_landmark_valid,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)

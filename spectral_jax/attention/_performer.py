@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -78,26 +79,52 @@ def _performer_head(
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
     root = scale**0.5
-    q, k, v = q.astype(ct) * root, k.astype(ct) * root, v.astype(ct)
     w = projection.astype(ct)
-    q_logits = q @ w.T - 0.5 * jnp.sum(q * q, -1, keepdims=True)
-    k_logits = k @ w.T - 0.5 * jnp.sum(k * k, -1, keepdims=True)
+
+    def logits(rows: Array) -> Array:
+        x = rows.astype(ct) * root
+        return x @ w.T - 0.5 * jnp.sum(x * x, -1, keepdims=True)
+
     # Stabilisers cancel between numerator and denominator (up to eps): per query row, and
     # one for all valid keys of this (batch, head), so padding never sets the scale.
-    q_stab = jax.lax.stop_gradient(q_logits.max(-1, keepdims=True))
-    k_max = jnp.max(jnp.where(k_valid[:, None], k_logits, -jnp.inf))
+    k_max = _valid_max(logits, jax.lax.stop_gradient(k), k_valid, chunk_size if is_causal else None)
     k_stab = jax.lax.stop_gradient(jnp.where(jnp.isfinite(k_max), k_max, 0.0))
     # In the causal form eps would make early outputs depend on later keys through the
     # shared key stabiliser, so it is dropped there (the scan's own eps guards 0/0).
     feat_eps = 0.0 if is_causal else eps
     inv_sqrt_r = 1.0 / math.sqrt(w.shape[0])
-    phi_q = (jnp.exp(q_logits - q_stab) + feat_eps) * inv_sqrt_r
-    phi_k = (jnp.exp(jnp.where(k_valid[:, None], k_logits, k_stab) - k_stab) + feat_eps) * inv_sqrt_r
-    phi_k = jnp.where(k_valid[:, None], phi_k, 0.0)
-    v = jnp.where(k_valid[:, None], v, 0.0)
-    out = feature_attention(phi_q, phi_k, v, is_causal=is_causal, chunk_size=chunk_size, eps=0.0)
+
+    def query_features(rows: Array) -> Array:
+        q_logits = logits(rows)
+        q_stab = jax.lax.stop_gradient(q_logits.max(-1, keepdims=True))
+        return (jnp.exp(q_logits - q_stab) + feat_eps) * inv_sqrt_r
+
+    def key_features(rows: Array, valid: Array) -> Array:
+        k_logits = jnp.where(valid[:, None], logits(rows), k_stab)
+        return jnp.where(valid[:, None], (jnp.exp(k_logits - k_stab) + feat_eps) * inv_sqrt_r, 0.0)
+
+    v = jnp.where(k_valid[:, None], v.astype(ct), 0.0)
+    out = feature_attention(query_features, key_features, q, k, v, k_valid,
+                            is_causal=is_causal, chunk_size=chunk_size, eps=0.0)
     # A query with no valid key: numerator and denominator are both 0.
     return jnp.where(q_valid[:, None] & k_valid.any(), out, 0.0)
+
+
+def _valid_max(
+    logits: Callable[[Array], Array], k: Array, k_valid: Array, chunk_size: int | None
+) -> Array:
+    """max of ``logits(k)`` over valid keys (-inf if none); chunk by chunk when given a size,
+    so that the causal form never holds the (n, r) logits at once."""
+    def chunk_max(rows: Array, valid: Array) -> Array:
+        return jnp.max(jnp.where(valid[:, None], logits(rows), -jnp.inf))
+
+    n = k.shape[0]
+    if chunk_size is None or chunk_size >= n:
+        return chunk_max(k, k_valid)
+    pad = (-n) % chunk_size
+    rows = jnp.pad(k, ((0, pad), (0, 0))).reshape(-1, chunk_size, k.shape[-1])
+    valid = jnp.pad(k_valid, (0, pad)).reshape(-1, chunk_size)
+    return jax.lax.map(lambda chunk: chunk_max(*chunk), (rows, valid)).max()
 
 
 def performer_attention(
@@ -179,14 +206,14 @@ def performer_attention(
         )
     check_causal_lengths(method, is_causal, query, key)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     head = functools.partial(
         _performer_head, projection=projection, scale=scale, is_causal=is_causal,
         eps=_common.check_nonnegative_float(method, "eps", eps), chunk_size=chunk_size,
     )
     return _common.lift(
         head, query, key, value, q_valid, k_valid,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)

@@ -14,9 +14,10 @@ PINV_INITS = ("per_matrix", "global")
 
 
 def iterative_pinv(
-    matrix: Array, num_iterations: int | None = 6, init: str = "per_matrix"
+    matrix: Array, num_iterations: int | None = 6, init: str = "per_matrix", *,
+    norm: Array | None = None,
 ) -> Array:
-    """Approximates the pseudo-inverse of a square matrix by a third-order Newton–Schulz iteration.
+    """Approximates the pseudo-inverse of square matrices by a third-order Newton–Schulz iteration.
 
     Z_{j+1} = ¼ Z_j (13I − A Z_j (15I − A Z_j (7I − A Z_j))), with Z_0 = Aᵀ / (‖A‖₁‖A‖∞).
     Each step maps the eigenvalues e of I − A Z to e³(3 + e)/4, so directions whose scaled
@@ -25,16 +26,20 @@ def iterative_pinv(
     exact pinv for speed or "accuracy": on ill-conditioned landmark matrices it is worse).
 
     Args:
-      matrix: float ``(m, m)`` (one head; vmap for more).
+      matrix: float ``(..., m, m)``: one matrix or a stack of them.
       num_iterations: number of steps (Nyströmformer uses 6). ``None`` computes the exact
         ``jnp.linalg.pinv`` instead (a test and analysis option; O(m³) SVD).
-      init: ``"per_matrix"`` scales Z_0 by this matrix's own norms (batch-independent);
-        ``"global"`` uses the largest ‖A‖₁‖A‖∞ over the ``"batch"`` and ``"heads"`` vmap axes
-        of the enclosing attention call, as the PyTorch reference implementations do (then an
+      init: ``"per_matrix"`` scales each matrix's Z_0 by its own norms (batch-independent);
+        ``"global"`` uses one scale for the whole stack, the largest column sum of any matrix
+        times the largest row sum of any matrix (see :func:`pinv_norm`), as the PyTorch
+        reference implementations do over their (batch, heads, m, m) tensor (then an
         example's output depends on the rest of its batch).
+      norm: optional precomputed scale ‖A‖₁‖A‖∞, broadcastable to ``matrix.shape[:-2]``;
+        overrides ``init``. The attention functions compute the ``"global"`` scale over
+        all their examples and heads first and pass it here to per-head code.
 
     Returns:
-      float ``(m, m)``, same dtype as ``matrix``.
+      float ``(..., m, m)``, same dtype as ``matrix``.
 
     Raises:
       ValueError: for a non-square matrix, negative iterations or an unknown ``init``.
@@ -51,9 +56,11 @@ def iterative_pinv(
       [0.5, 0.25]
     """
     method = "iterative_pinv"
-    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
-        raise ValueError(f"{method}(): `matrix` must be square (m, m); got shape {matrix.shape}.")
+    if matrix.ndim < 2 or matrix.shape[-2] != matrix.shape[-1]:
+        raise ValueError(
+            f"{method}(): `matrix` must be square (..., m, m); got shape {matrix.shape}.")
     _common.check_choice(method, "init", init, PINV_INITS)
+    _common.reject_traced(method, "num_iterations", num_iterations)
     if num_iterations is None:
         return jnp.linalg.pinv(matrix, hermitian=False)
     if (isinstance(num_iterations, bool) or not isinstance(num_iterations, (int, np.integer))
@@ -61,13 +68,29 @@ def iterative_pinv(
         raise ValueError(
             f"{method}(): `num_iterations` must be a non-negative int or None; got {num_iterations!r}."
         )
-    abs_a = jnp.abs(matrix)
-    norm = abs_a.sum(axis=0).max() * abs_a.sum(axis=1).max()
-    if init == "global":
-        norm = jax.lax.pmax(norm, ("batch", "heads"))
-    z = matrix.T / jnp.where(norm > 0, norm, 1.0)
-    eye = jnp.eye(matrix.shape[0], dtype=matrix.dtype)
+    if norm is None:
+        norm = pinv_norm(matrix, init)
+    norm = jnp.asarray(norm)[..., None, None]
+    z = jnp.swapaxes(matrix, -1, -2) / jnp.where(norm > 0, norm, 1.0)
+    eye = jnp.eye(matrix.shape[-1], dtype=matrix.dtype)
     for _ in range(int(num_iterations)):
         az = matrix @ z
         z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
     return z
+
+
+def pinv_norm(matrix: Array, init: str = "per_matrix") -> Array:
+    """The Z_0 scale ‖A‖₁‖A‖∞ of :func:`iterative_pinv` for float ``(..., m, m)`` matrices.
+
+    ``"per_matrix"``: each matrix's largest absolute column sum times its largest absolute
+    row sum, shape ``matrix.shape[:-2]``. ``"global"``: the largest column sum over the whole
+    stack times the largest row sum over the whole stack, a scalar (two independent maxima,
+    as the Nyströmformer reference code takes ``max`` of each sum over its whole tensor).
+    Both are differentiable, with the gradient of ``max`` going to the maximising entries.
+    """
+    _common.check_choice("pinv_norm", "init", init, PINV_INITS)
+    abs_a = jnp.abs(matrix)
+    columns, rows = abs_a.sum(axis=-2), abs_a.sum(axis=-1)
+    if init == "global":
+        return columns.max() * rows.max()
+    return columns.max(axis=-1) * rows.max(axis=-1)

@@ -93,13 +93,13 @@ def kernelized_attention(
     method = "kernelized_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     head = functools.partial(_kernelized_head, scale=scale)
     return _common.lift(
         head, query, key, value, q_valid, k_valid,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)
 
 
@@ -219,9 +219,9 @@ def skyformer_attention(
     check_landmark_args(method, num_landmarks, pinv_iterations, "per_matrix")
     ridge = _common.check_nonnegative_float(method, "ridge", ridge)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     head = functools.partial(
         _skyformer_head, scale=scale, num_landmarks=num_landmarks, ridge=ridge,
         pinv_iterations=pinv_iterations,
@@ -233,5 +233,5 @@ def skyformer_attention(
     return _common.lift(
         head, query, key, value, q_valid, k_valid,
         _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths), *args,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)

@@ -17,23 +17,30 @@ def _causal_and(mask: Array | None, q_len: int, kv_len: int) -> Array:
     return causal if mask is None else jnp.logical_and(mask, causal)
 
 
-def _dropout_on(flax_kwargs: dict[str, Any]) -> bool:
-    return bool(flax_kwargs.get("dropout_rate")) and not flax_kwargs.get("deterministic", False)
+def _dropout_rate(method: str, flax_kwargs: dict[str, Any]) -> Any:
+    """The attention-weight dropout rate, or None when dropout is off; checks the keywords.
 
-
-def _dropout_multiplier(method: str, flax_kwargs: dict[str, Any], shape: tuple[int, ...]
-                        ) -> Array | None:
-    """Flax's attention-weight dropout: None when off, else keep / (1 − rate), float32.
-
-    Same semantics as ``flax.nnx.dot_product_attention``: on when ``dropout_rate > 0`` and
-    not ``deterministic``; ``broadcast_dropout`` (default True) shares one mask over the
-    batch and head dims.
+    On when ``dropout_rate > 0`` and not ``deterministic``, as in
+    ``flax.nnx.dot_product_attention``. A concrete rate must lie in [0, 1); a scalar rate
+    traced under jit (e.g. a schedule) is used as given, since ``jax.random.bernoulli``
+    takes a traced probability.
     """
-    if not _dropout_on(flax_kwargs):
+    rate = flax_kwargs.get("dropout_rate")
+    if rate is None:
         return None
-    rate = _common.check_nonnegative_float(method, "dropout_rate", flax_kwargs["dropout_rate"])
-    if rate >= 1.0:
-        raise ValueError(f"{method}(): `dropout_rate` must be in [0, 1); got {rate!r}.")
+    if isinstance(rate, jax.core.Tracer):
+        if jnp.ndim(rate) != 0 or not jnp.issubdtype(rate.dtype, jnp.floating):
+            raise ValueError(
+                f"{method}(): `dropout_rate` must be a float scalar; got a traced array of "
+                f"shape {jnp.shape(rate)} and dtype {rate.dtype}.")
+    else:
+        rate = float(_common.check_nonnegative_float(method, "dropout_rate", rate))
+        if rate >= 1.0:
+            raise ValueError(f"{method}(): `dropout_rate` must be in [0, 1); got {rate!r}.")
+        if rate == 0.0:
+            return None
+    if flax_kwargs.get("deterministic", False):
+        return None
     rng = flax_kwargs.get("dropout_rng")
     if rng is None:
         raise ValueError(
@@ -41,6 +48,19 @@ def _dropout_multiplier(method: str, flax_kwargs: dict[str, Any], shape: tuple[i
             "(a jax.random key); got None."
         )
     _common.check_single_key(method, "dropout_rng", rng)
+    return rate
+
+
+def _dropout_multiplier(method: str, flax_kwargs: dict[str, Any], shape: tuple[int, ...]
+                        ) -> Array | None:
+    """Flax's attention-weight dropout: None when off, else keep / (1 − rate), float32.
+
+    ``broadcast_dropout`` (default True) shares one mask over the batch and head dims.
+    """
+    rate = _dropout_rate(method, flax_kwargs)
+    if rate is None:
+        return None
+    rng = flax_kwargs["dropout_rng"]
     if flax_kwargs.get("broadcast_dropout", True):
         shape = (1,) * (len(shape) - 2) + shape[-2:]
     keep = jax.random.bernoulli(rng, 1.0 - rate, shape)
@@ -105,6 +125,7 @@ def softmax_attention(
     """
     method = "softmax_attention"
     _common.check_flax_kwargs(method, flax_kwargs, dropout_ok=True)
+    dropout = _dropout_rate(method, flax_kwargs) is not None
     _common.check_qkv(method, query, key, value)
     _common.check_bool(method, "is_causal", is_causal)
     scale = _common.default_scale(method, scale, query.shape[-1])
@@ -141,7 +162,7 @@ def softmax_attention(
     # Dropout needs the weights themselves, which the explicit path forms.
     if dtype == jnp.float64 or value.shape[-1] != query.shape[-1] or not (
         query.dtype == key.dtype == value.dtype
-    ) or _dropout_on(flax_kwargs):
+    ) or dropout:
         return reference_attention(query, key, value, bias, mask, scale=scale,
                                    **flax_kwargs).astype(dtype)
     flat = lambda x: x.reshape(-1, *x.shape[-3:])  # noqa: E731  jax.nn wants one batch dim

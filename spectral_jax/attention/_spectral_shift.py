@@ -13,6 +13,7 @@ from spectral_jax.attention._landmarks import evenly_spaced_positions, segment_m
 from spectral_jax.attention._nystrom import (
     LandmarkKernels,
     check_landmark_args,
+    global_pinv_norm,
     landmark_kernels,
     landmark_values,
 )
@@ -71,13 +72,13 @@ def _shifted_kernels(
 def _shift_head(
     q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, q_landmark_valid: Array, *,
     scale: float, num_landmarks: int, pinv_iterations: int | None, pinv_init: str,
-    shift: str, return_delta: bool,
+    shift: str, return_delta: bool, pinv_scale: Array | None = None,
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
     q, k, v = q.astype(ct) * scale, k.astype(ct), v.astype(ct)
     if shift == "zero":
         kern = landmark_kernels(q, k, q_landmark_valid, k_valid, num_landmarks)
-        z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
+        z = iterative_pinv(kern.a, pinv_iterations, pinv_init, norm=pinv_scale)
         out = kern.f @ landmark_values(kern, z, v, k_valid, num_landmarks)
         if return_delta:
             return jnp.zeros((), ct)
@@ -87,7 +88,7 @@ def _shift_head(
     diag_valid = q_valid & k_valid
     rows = _sampled_rows(diag_valid, shift, num_landmarks)
     kern, diag = _shifted_kernels(q, k, q_landmark_valid, k_valid, rows, num_landmarks)
-    z = iterative_pinv(kern.a, pinv_iterations, pinv_init)
+    z = iterative_pinv(kern.a, pinv_iterations, pinv_init, norm=pinv_scale)
     f_diag = jnp.where(diag_valid[:, None], kern.f, 0.0)
     # B·[V, F] in one product: BV for the output and BF for tr(F Z B) = tr(Z (B F)), O(n m²),
     # never the n x n matrix.
@@ -229,21 +230,24 @@ def spectral_shift_attention(
     _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
     _check_shift_args(method, query, key, shift)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     if num_landmarks >= query.shape[-3]:
         return _softmax.softmax_attention(
             query, key, value, mask=mask, scale=scale, query_seq_lengths=query_seq_lengths,
             key_value_seq_lengths=key_value_seq_lengths)
+    q_landmark_valid = _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths)
     head = functools.partial(
         _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
         pinv_init=pinv_init, shift=shift, return_delta=False,
+        pinv_scale=global_pinv_norm(
+            query, key, q_landmark_valid, k_valid, scale=scale, num_landmarks=num_landmarks,
+            pinv_init=pinv_init, pinv_iterations=pinv_iterations),
     )
     return _common.lift(
-        head, query, key, value, q_valid, k_valid,
-        _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths),
-        method=method, head_chunk_size=head_chunk_size, together=pinv_init == "global",
+        head, query, key, value, q_valid, k_valid, q_landmark_valid,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)
 
 
@@ -285,20 +289,24 @@ def spectral_shift_delta(
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
     _check_shift_args(method, query, key, shift)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     ct = _common.compute_dtype(query.dtype)
     if num_landmarks >= query.shape[-3]:
         return jnp.zeros(query.shape[:-3] + query.shape[-2:-1], ct)
+    q_landmark_valid = _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths)
     head = functools.partial(
         _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
         pinv_init=pinv_init, shift=shift, return_delta=True,
+        pinv_scale=global_pinv_norm(
+            query, key, q_landmark_valid, k_valid, scale=scale, num_landmarks=num_landmarks,
+            pinv_init=pinv_init, pinv_iterations=pinv_iterations),
     )
     b = q_valid.shape[0]
     flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
-    fn = jax.vmap(jax.vmap(head, in_axes=(1, 1, 1, 0, 0, 0), axis_name="heads"),
-                  axis_name="batch")
-    delta = fn(flat(query), flat(key), flat(key), q_valid, k_valid,
-               _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths))
+    fn = jax.vmap(jax.vmap(head, in_axes=(1, 1, 1, 0, 0, 0)))
+    delta = fn(flat(query), flat(key), flat(key), q_valid, k_valid, q_landmark_valid)
+    if mask_ok is not None:  # a traced mask that is not a padding mask: NaN, never silent
+        delta = jnp.where(mask_ok[:, None], delta, jnp.nan)
     return delta.reshape(query.shape[:-3] + query.shape[-2:-1])

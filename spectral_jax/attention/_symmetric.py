@@ -199,14 +199,15 @@ def symmetric_spectral_shift_attention(
     _common.reject_bias(method, bias)
     _common.reject_causal(method, is_causal)
     _common.check_choice(method, "kernel", kernel, KERNELS)
+    _common.reject_traced(method, "normalize", normalize)
     _common.check_choice(method, "shift", shift, SHIFTS)
     check_landmark_args(method, num_landmarks, pinv_iterations, "per_matrix")
     scale = _common.default_scale(method, scale, query.shape[-1])
     if normalize is None:
         normalize = kernel == "softmax"
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     head = functools.partial(
         _symmetric_head, scale=scale, kernel=kernel, num_landmarks=num_landmarks,
         pinv_iterations=pinv_iterations, normalize=bool(normalize), shift=shift,
@@ -215,5 +216,5 @@ def symmetric_spectral_shift_attention(
     core = lambda q, k, v, qv, kv: head(q, v, qv & kv)  # noqa: E731
     return _common.lift(
         core, query, key, value, q_valid, k_valid,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)

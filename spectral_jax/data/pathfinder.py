@@ -25,6 +25,12 @@ VOCAB_SIZE = 256
 DIFFICULTIES = {"curv_baseline": 6, "curv_contour_length_9": 9, "curv_contour_length_14": 14}
 IMAGES_PER_DIR = 1000  # the release stores imgs/<k>/ with 1000 images each.
 _SPLIT_FRACTIONS = (0.8, 0.1)  # LRA: [:80%], [80%:90%], [90%:].
+PATHX_RESOLUTION = 128
+PATHX_WARNING = (
+    "Path-X (pathfinder128): the LRA release's pathfinder128 files are known to be broken "
+    "(google-research/long-range-arena issue #38), so scores on them are not comparable; "
+    "consider regenerating the split with `spectral-jax data pathfinder --resolution 128`.")
+_warned_pathx = False
 
 
 def _check_difficulty(difficulty: object) -> str:
@@ -159,6 +165,10 @@ def load(
         FileNotFoundError: if the folder is missing (message says how to generate it)
             or a metadata row points to a missing image (metadata file:line named).
 
+    Warns:
+        UserWarning: once per process, when the 128x128 split (Path-X) is loaded, naming
+            the LRA release's known fault in it (long-range-arena issue #38).
+
     Example:
         >>> import tempfile
         >>> d = tempfile.mkdtemp()
@@ -173,6 +183,7 @@ def load(
         if not isinstance(value, bool):
             raise TypeError(f"{name}: {flag} must be a bool, got {value!r}")
     folder = _find_dir(Path(data_dir), resolution, difficulty)
+    _warn_pathx_once(resolution)
     rows = read_metadata(folder)
     pixels = np.zeros((len(rows), resolution * resolution), np.uint8)
     labels = np.zeros(len(rows), np.int32)
@@ -200,6 +211,13 @@ def load(
         splits[split] = Split(inputs, mask, labels[sl])
     return Task(name, VOCAB_SIZE, 2, resolution * resolution, False, splits,
                 source=f"pathfinder PNG + metadata in {folder}", truncated={k: 0 for k in splits})
+
+
+def _warn_pathx_once(resolution: int) -> None:
+    global _warned_pathx
+    if resolution == PATHX_RESOLUTION and not _warned_pathx:
+        _warned_pathx = True
+        warnings.warn(PATHX_WARNING, stacklevel=3)
 
 
 def generate(

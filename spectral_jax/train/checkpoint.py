@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import jax
@@ -12,6 +13,10 @@ from flax import nnx
 from spectral_jax.train.writers import _jsonable
 
 BEST_METRIC = "val_accuracy"
+# What a finished save leaves in a step directory: orbax's step metadata, then per item its
+# own metadata file (written last by the handlers).
+REQUIRED_FILES = ("_CHECKPOINT_METADATA", os.path.join("state", "_METADATA"),
+                  os.path.join("meta", "metadata"))
 
 
 class Checkpointer:
@@ -21,6 +26,11 @@ class Checkpointer:
     (ties go to the later step, as orbax's ``BestN`` ranks them). ``state`` is an ``nnx.State``
     (model and optimizer, without RNG streams); ``meta`` a small JSON dict (best so far,
     wall time). Saves are asynchronous; :meth:`close` waits for them.
+
+    A step directory that lacks part of a finished save (a copy cut short, a file deleted)
+    is not a checkpoint: on opening, each such directory is renamed to
+    ``<step>.incomplete`` with a warning naming it, so resuming starts from the last
+    complete checkpoint and a later save of that step does not collide with it.
 
     Args:
         directory: absolute or relative path; created if missing.
@@ -40,6 +50,8 @@ class Checkpointer:
     def __init__(self, directory: str, *, keep: int) -> None:
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"train.keep_checkpoints={keep!r} must be an int >= 1")
+        directory = os.path.abspath(directory)
+        _set_aside_incomplete(directory)
         policy = ocp.checkpoint_managers.AnyPreservationPolicy([
             ocp.checkpoint_managers.LatestN(n=keep),
             ocp.checkpoint_managers.BestN(
@@ -48,7 +60,7 @@ class Checkpointer:
             ),
         ])
         self._manager = ocp.CheckpointManager(
-            os.path.abspath(directory),
+            directory,
             options=ocp.CheckpointManagerOptions(preservation_policy=policy, create=True),
             item_names=("state", "meta"),
         )
@@ -98,3 +110,29 @@ class Checkpointer:
     def close(self) -> None:
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def _set_aside_incomplete(directory: str) -> None:
+    """Renames step directories missing any of ``REQUIRED_FILES``, warning for each."""
+    if not os.path.isdir(directory):
+        return
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not (name.isdigit() and os.path.isdir(path)):
+            continue
+        missing = [f for f in REQUIRED_FILES if not os.path.isfile(os.path.join(path, f))]
+        if not missing:
+            continue
+        aside, copy = f"{path}.incomplete", 1
+        while os.path.exists(aside):
+            aside, copy = f"{path}.incomplete{copy}", copy + 1
+        warnings.warn(
+            f"checkpoint directory {path} is incomplete (missing {', '.join(missing)}): "
+            f"skipped and moved to {aside}; resuming from the last complete checkpoint.",
+            stacklevel=3)
+        if jax.process_index() == 0:
+            os.rename(path, aside)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("incomplete checkpoints set aside")
