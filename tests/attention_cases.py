@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spectral_jax.attention import ATTENTIONS, orthogonal_random_features
+from spectral_jax.attention import ATTENTIONS
 
 NAMES = tuple(ATTENTIONS)
 APPROXIMATE = tuple(n for n, s in ATTENTIONS.items() if not s.exact)
@@ -15,18 +15,13 @@ NON_CAUSAL = tuple(n for n, s in ATTENTIONS.items() if not s.supports_causal)
 
 
 def method_kwargs(name: str, *, n: int, head_dim: int, seed: int = 0, budget: int | None = None):
-    """The method parameters a caller must supply, at a small budget that still approximates."""
-    key = jax.random.key(1000 + seed)
-    if name in ("nystrom", "spectral_shift"):
-        return {"num_landmarks": budget or 8}
-    if name == "skyformer":
-        return {"num_landmarks": budget or 16, "rng": key}
-    if name == "performer":
-        return {"projection": orthogonal_random_features(key, budget or 32, head_dim)}
-    if name == "linformer":
-        k = budget or 16
-        return {"key_projection": jax.random.normal(key, (k, n)) / np.sqrt(k)}
-    return {}
+    """The method parameters a caller must supply, at a small budget that still approximates.
+
+    The budget (``spec.test_budget`` unless given) and the state come from the registry.
+    """
+    spec = ATTENTIONS[name]
+    return spec.call_kwargs(jax.random.key(1000 + seed), budget=budget or spec.test_budget,
+                            length=n, head_dim=head_dim)
 
 
 def random_walk(key, shape, step: float = 0.3):

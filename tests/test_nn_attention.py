@@ -11,17 +11,21 @@ import pytest
 from flax import nnx
 
 from spectral_jax import attention
-from spectral_jax.nn import MultiHeadAttention, RandomFeatures, redraw_features
+from spectral_jax.nn import (
+    LengthProjectionState,
+    MultiHeadAttention,
+    RandomFeatures,
+    redraw_features,
+)
 
 B, L, E, H = 2, 8, 8, 2
 D = E // H
 
 
 @nnx.jit(static_argnames="deterministic")
-def _call(layer, x, mask=None, deterministic=True, linformer_projection=None):
+def _call(layer, x, mask=None, deterministic=True):
     # Jitted: one compile is several times faster than eager op-by-op for these methods.
-    return layer(x, mask=mask, deterministic=deterministic,
-                 linformer_projection=linformer_projection)
+    return layer(x, mask=mask, deterministic=deterministic)
 
 
 def _inputs(seed: int = 0) -> jax.Array:
@@ -96,12 +100,12 @@ def test_conv_skip_matches_numpy_depthwise_convolution():
         H, E, attention="nystrom",
         attention_kwargs={"num_landmarks": 4, "conv_kernel_size": 3}, rngs=nnx.Rngs(0),
     )
-    chex.assert_shape(layer.conv_kernel[...], (3, 1, H))
+    chex.assert_shape(layer.conv_skip.kernel[...], (3, 1, H))
     value = np.asarray(jax.random.normal(jax.random.key(1), (B, L, H, D)))
     valid = np.arange(L)[None, :] < np.array([[8], [6]])
     mask = jnp.asarray(valid[:, None, :, None] & valid[:, None, None, :])
-    got = layer._conv_skip(jnp.asarray(value), mask, L)
-    kernel = np.asarray(layer.conv_kernel[...])[:, 0, :]  # (3, H)
+    got = layer.conv_skip(jnp.asarray(value), mask, L)
+    kernel = np.asarray(layer.conv_skip.kernel[...])[:, 0, :]  # (3, H)
     masked = value * valid[:, :, None, None]
     padded = np.pad(masked, ((0, 0), (1, 1), (0, 0), (0, 0)))
     # Cross-correlation (as lax.conv): y[t] = sum_j w[j] x[t + j - 1].
@@ -119,12 +123,12 @@ def test_conv_skip_changes_output_and_must_be_odd():
     off = MultiHeadAttention(H, E, attention="nystrom",
                              attention_kwargs={**kwargs, "conv_kernel_size": None},
                              rngs=nnx.Rngs(0))
-    assert off.conv_kernel is None
+    assert off.conv_skip is None
     x = _inputs()
     chex.assert_trees_all_equal(_call(off, x), _call(plain, x))
     nnx.update(conv, nnx.state(plain))  # same projections, conv kernel kept
     diff = _call(conv, x) - _call(plain, x)
-    expected = conv.out(conv._conv_skip(conv.value(x), None, L)) - conv.out.bias[...]
+    expected = conv.out(conv.conv_skip(conv.value(x), None, L)) - conv.out.bias[...]
     np.testing.assert_allclose(np.asarray(diff), np.asarray(expected), rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="conv_kernel_size.*odd.*4"):
         MultiHeadAttention(H, E, attention="nystrom", attention_kwargs={"conv_kernel_size": 4},
@@ -135,10 +139,10 @@ def test_performer_projection_is_random_features_not_param_and_redraws_explicitl
     layer = MultiHeadAttention(
         H, E, attention="performer", attention_kwargs={"num_features": 16}, rngs=nnx.Rngs(0)
     )
-    assert isinstance(layer.projection, RandomFeatures)
-    assert not isinstance(layer.projection, nnx.Param)
-    chex.assert_shape(layer.projection[...], (16, D))
-    assert layer.projection[...].dtype == jnp.float32
+    assert isinstance(layer.state.projection, RandomFeatures)
+    assert not isinstance(layer.state.projection, nnx.Param)
+    chex.assert_shape(layer.state.projection[...], (16, D))
+    assert layer.state.projection[...].dtype == jnp.float32
     params = nnx.state(layer, nnx.Param)
     assert all("projection" not in path for path, _ in nnx.to_flat_state(params))
     # The optimizer's gradient tree has no entry for the projection.
@@ -149,16 +153,16 @@ def test_performer_projection_is_random_features_not_param_and_redraws_explicitl
         grads = nnx.grad(lambda m: jnp.sum(m(_inputs(), deterministic=True) ** 2))(model)
         opt.update(model, grads)
 
-    before = layer.projection[...]
+    before = layer.state.projection[...]
     step(layer, opt)
-    chex.assert_trees_all_equal(layer.projection[...], before)
+    chex.assert_trees_all_equal(layer.state.projection[...], before)
 
     x = _inputs()
     first = _call(layer, x, deterministic=False)
     chex.assert_trees_all_equal(_call(layer, x, deterministic=False), first)  # never implicit
     layer.redraw(jax.random.key(7))
     expected = attention.orthogonal_random_features(jax.random.key(7), 16, D)
-    chex.assert_trees_all_equal(layer.projection[...], expected)
+    chex.assert_trees_all_equal(layer.state.projection[...], expected)
     assert float(jnp.abs(_call(layer, x, deterministic=True) - first).max()) > 0
 
 
@@ -175,10 +179,10 @@ def test_redraw_features_counts_and_skips_other_methods():
     model = Two(nnx.Rngs(0))
     assert redraw_features(model, jax.random.key(3)) == 2
     chex.assert_trees_all_equal(
-        model.a.projection[...],
+        model.a.state.projection[...],
         attention.orthogonal_random_features(jax.random.fold_in(jax.random.key(3), 0), 8, D),
     )
-    assert float(jnp.abs(model.a.projection[...] - model.b.projection[...]).max()) > 0
+    assert float(jnp.abs(model.a.state.projection[...] - model.b.state.projection[...]).max()) > 0
     assert redraw_features(model.c, jax.random.key(3)) == 0
     with pytest.raises(ValueError, match="performer.*'softmax'"):
         model.c.redraw(jax.random.key(0))
@@ -204,23 +208,24 @@ def test_skyformer_eval_is_bitwise_deterministic_and_training_samples():
      ("layerwise", set())],
 )
 def test_linformer_sharing_modes_own_the_right_projections(sharing, names):
-    layer = MultiHeadAttention(
-        H, E, attention="linformer",
-        attention_kwargs={"proj_len": 4, "max_length": L, "sharing": sharing},
-        rngs=nnx.Rngs(0),
-    )
-    owned = {path[0] for path, _ in nnx.to_flat_state(nnx.state(layer, nnx.Param))}
+    kw = {"proj_len": 4, "max_length": L, "sharing": sharing}
+    shared = None
+    if sharing == "layerwise":
+        with pytest.raises(ValueError, match="shared_state"):
+            MultiHeadAttention(H, E, attention="linformer", attention_kwargs=kw,
+                               rngs=nnx.Rngs(0))
+        shared = LengthProjectionState.shared(kw, rngs=nnx.Rngs(1))
+    layer = MultiHeadAttention(H, E, attention="linformer", attention_kwargs=kw,
+                               shared_state=shared, rngs=nnx.Rngs(0))
+    owned = {path[-1] for path, _ in nnx.to_flat_state(nnx.state(layer.state, nnx.Param))}
+    if sharing == "layerwise":  # the layer uses the encoder's one instance, owns none
+        assert layer.state is shared
+        owned = set()
     assert owned & {"key_projection", "value_projection"} == names
     for name in names:
-        chex.assert_shape(getattr(layer, name)[...], (4, L))
+        chex.assert_shape(getattr(layer.state, name)[...], (4, L))
     x = _inputs()
-    if sharing == "layerwise":
-        with pytest.raises(ValueError, match="linformer_projection"):
-            _call(layer, x, deterministic=True)
-        shared = jnp.ones((4, L)) / L
-        out = _call(layer, x, deterministic=True, linformer_projection=shared)
-    else:
-        out = _call(layer, x, deterministic=True)
+    out = _call(layer, x, deterministic=True)
     chex.assert_shape(out, (B, L, E))
     assert bool(jnp.all(jnp.isfinite(out)))
 
@@ -232,7 +237,7 @@ def test_linformer_key_value_equals_none_with_equal_projections():
     none = MultiHeadAttention(H, E, attention="linformer",
                               attention_kwargs={**kw, "sharing": "none"}, rngs=nnx.Rngs(0))
     nnx.update(none, nnx.state(kv))
-    none.value_projection[...] = kv.key_projection[...]
+    none.state.value_projection[...] = kv.state.key_projection[...]
     x = _inputs()
     chex.assert_trees_all_close(
         _call(kv, x), _call(none, x), rtol=1e-6, atol=1e-6

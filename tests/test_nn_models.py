@@ -117,13 +117,13 @@ def test_state_round_trip_is_bitwise_including_performer_projection():
 
     fresh = SequenceClassifier(config, rngs=nnx.Rngs(99))
     layer = fresh.encoder.layers[0].attention
-    assert float(jnp.abs(layer.projection[...]
-                         - model.encoder.layers[0].attention.projection[...]).max()) > 0
+    assert float(jnp.abs(layer.state.projection[...]
+                         - model.encoder.layers[0].attention.state.projection[...]).max()) > 0
     state = nnx.state(fresh, not_rng)
     nnx.replace_by_pure_dict(state, serialization.msgpack_restore(blob))
     nnx.update(fresh, state)
     chex.assert_trees_all_equal(
-        layer.projection[...], model.encoder.layers[0].attention.projection[...]
+        layer.state.projection[...], model.encoder.layers[0].attention.state.projection[...]
     )
     chex.assert_trees_all_equal(_logits(fresh, ids, mask), before)
 

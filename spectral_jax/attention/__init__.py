@@ -14,20 +14,27 @@ from spectral_jax.attention._performer import orthogonal_random_features, perfor
 from spectral_jax.attention._pinv import iterative_pinv
 from spectral_jax.attention._registry import (
     ATTENTIONS,
+    BASELINE,
     AttentionSpec,
     available_attentions,
+    budget_parameters,
     get_attention,
     get_attention_spec,
 )
 from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
 from spectral_jax.attention._softmax import reference_attention, softmax_attention
+from spectral_jax.attention._state import STATE_KINDS, StateKind
 from spectral_jax.attention._spectral_shift import spectral_shift_attention, spectral_shift_delta
 from spectral_jax.attention._symmetric import symmetric_spectral_shift_attention
 
 __all__ = [
     "ATTENTIONS",
     "AttentionSpec",
+    "BASELINE",
+    "STATE_KINDS",
+    "StateKind",
     "available_attentions",
+    "budget_parameters",
     "get_attention",
     "get_attention_spec",
     "iterative_pinv",

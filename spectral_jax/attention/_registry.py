@@ -1,10 +1,11 @@
-"""One registry of attention methods: the modules, configs and parametrised tests use it."""
+"""The one table of attention methods: configs, benchmarks, modules and tests derive from it."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from spectral_jax.attention._linear import linear_attention
 from spectral_jax.attention._linformer import linformer_attention
@@ -13,46 +14,171 @@ from spectral_jax.attention._performer import performer_attention
 from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
 from spectral_jax.attention._softmax import softmax_attention
 from spectral_jax.attention._spectral_shift import spectral_shift_attention
+from spectral_jax.attention._state import STATE_KINDS, StateKind
+
+# The exact method every speed comparison includes.
+BASELINE = "softmax"
 
 
 @dataclasses.dataclass(frozen=True)
 class AttentionSpec:
-    """What a caller needs to know about one registered method.
+    """Everything the library needs to know about one registered method.
 
     Attributes:
       name: the short registry name.
       fn: the pure attention function.
+      source: paper and equation, for the README table.
+      cost: time per head, e.g. ``"O(nmd + m³)"`` (n length, d head_dim, m the budget).
       supports_causal: whether ``is_causal=True`` is implemented.
-      state: what a module must own and pass in: ``"projection"`` (Performer's random
-        features), ``"linformer"`` (Linformer's E/F projections), ``"rng"`` (Skyformer's
-        landmark sampling) or None.
-      target: the exact attention the method approximates (``"softmax"`` or ``"kernelized"``).
+      target: the exact registered method it approximates (itself when exact).
       exact: whether the method is itself exact.
+      recorded: the parameters every training config records (they define a result); their
+        defaults come from ``fn``'s signature, or from the state kind's options.
+      budget: the parameter that trades cost for accuracy (a parameter of ``fn`` or an option
+        of the state kind), or None.
+      state: the kind of state a caller supplies, a key of ``STATE_KINDS``, or None.
+      conv_skip: whether modules may add Nyströmformer's depthwise conv skip on V
+        (module option ``conv_kernel_size``).
+      weight_dropout: whether the method forms attention weights that dropout can drop.
+      test_budget: a small budget at which the method still approximates on the tests'
+        48-token inputs.
     """
 
     name: str
-    fn: Callable[..., object]
+    fn: Callable[..., Any]
+    source: str
+    cost: str
     supports_causal: bool
-    state: Literal["projection", "linformer", "rng"] | None
-    target: Literal["softmax", "kernelized"]
+    target: str
     exact: bool = False
+    recorded: tuple[str, ...] = ()
+    budget: str | None = None
+    state: Literal["random_features", "length_projection", "landmark_rng"] | None = None
+    conv_skip: bool = False
+    weight_dropout: bool = False
+    test_budget: int | None = None
+
+    @property
+    def state_kind(self) -> StateKind | None:
+        """The :class:`StateKind` named by ``state``, or None."""
+        return None if self.state is None else STATE_KINDS[self.state]
+
+    def default(self, parameter: str) -> Any:
+        """The one default of a recorded parameter: ``fn``'s signature, else the state kind's.
+
+        Raises:
+          KeyError: the parameter has a default in neither.
+        """
+        param = inspect.signature(self.fn).parameters.get(parameter)
+        if param is not None and param.default is not inspect.Parameter.empty:
+            return param.default
+        kind = self.state_kind
+        if kind is not None and parameter in kind.options:
+            return kind.options[parameter]
+        raise KeyError(f"{self.name}: parameter {parameter!r} has no default in "
+                       f"{self.fn.__name__} nor in state {self.state!r}.")
+
+    def config_defaults(self) -> dict[str, Any]:
+        """``{parameter: default}`` for every recorded parameter.
+
+        Example:
+          >>> from spectral_jax.attention import get_attention_spec
+          >>> get_attention_spec("skyformer").config_defaults()
+          {'num_landmarks': 128, 'ridge': 0.1, 'pinv_iterations': 6}
+        """
+        return {name: self.default(name) for name in self.recorded}
+
+    def make_state(self, rng: Any, *, budget: int | None, length: int,
+                   head_dim: int) -> dict[str, Any]:
+        """The state keyword arguments of ``fn`` drawn from ``rng`` (``{}`` without state).
+
+        Args:
+          rng: a ``jax.random`` key.
+          budget: the state's size when the budget is the state kind's size option (e.g.
+            Performer's num_features); None: the kind's default.
+          length: key sequence length n.
+          head_dim: d.
+
+        Example:
+          >>> import jax
+          >>> from spectral_jax.attention import get_attention_spec
+          >>> spec = get_attention_spec("performer")
+          >>> spec.make_state(jax.random.key(0), budget=16, length=64, head_dim=8)[
+          ...     "projection"].shape
+          (16, 8)
+        """
+        kind = self.state_kind
+        if kind is None:
+            return {}
+        size = None
+        if kind.size is not None:
+            size = budget if budget is not None else kind.options[kind.size]
+        return kind.build(rng, size=size, length=length, head_dim=head_dim)
+
+    def call_kwargs(self, rng: Any, *, budget: int | None, length: int,
+                    head_dim: int) -> dict[str, Any]:
+        """``fn``'s keyword arguments at ``budget``: the budget parameter and the state.
+
+        Example:
+          >>> import jax
+          >>> from spectral_jax.attention import get_attention_spec
+          >>> get_attention_spec("nystrom").call_kwargs(jax.random.key(0), budget=8,
+          ...     length=64, head_dim=8)
+          {'num_landmarks': 8}
+        """
+        return {**self.budget_kwargs(budget),
+                **self.make_state(rng, budget=budget, length=length, head_dim=head_dim)}
+
+    def budget_kwargs(self, budget: int | None) -> dict[str, Any]:
+        """``{budget: value}`` when the budget is a parameter of ``fn``, else ``{}``.
+
+        Example:
+          >>> from spectral_jax.attention import get_attention_spec
+          >>> get_attention_spec("nystrom").budget_kwargs(8)
+          {'num_landmarks': 8}
+        """
+        if budget is None or self.budget not in inspect.signature(self.fn).parameters:
+            return {}
+        return {self.budget: budget}
 
 
 ATTENTIONS: dict[str, AttentionSpec] = {
     spec.name: spec
     for spec in (
-        AttentionSpec("softmax", softmax_attention, True, None, "softmax", exact=True),
-        AttentionSpec("nystrom", nystrom_attention, False, None, "softmax"),
-        AttentionSpec("spectral_shift", spectral_shift_attention, False, None, "softmax"),
-        AttentionSpec("skyformer", skyformer_attention, False, "rng", "kernelized"),
-        AttentionSpec("kernelized", kernelized_attention, False, None, "kernelized", exact=True),
-        AttentionSpec("linear", linear_attention, True, None, "softmax"),
-        AttentionSpec("performer", performer_attention, True, "projection", "softmax"),
-        AttentionSpec("linformer", linformer_attention, False, "linformer", "softmax"),
+        AttentionSpec(
+            "softmax", softmax_attention, "Vaswani et al. 2017, eq. 1", "O(n²d)", True,
+            "softmax", exact=True, weight_dropout=True),
+        AttentionSpec(
+            "nystrom", nystrom_attention, "Xiong et al. 2021, eq. 14-15", "O(nmd + m³)", False,
+            "softmax", recorded=("num_landmarks", "pinv_iterations"), budget="num_landmarks",
+            conv_skip=True, test_budget=8),
+        AttentionSpec(
+            "spectral_shift", spectral_shift_attention,
+            "Verma 2021 (arXiv:2103.05638) with Wang et al. 2014's spectral shift",
+            "O(nmd + nm² + m³)", False, "softmax",
+            recorded=("num_landmarks", "pinv_iterations"), budget="num_landmarks",
+            conv_skip=True, test_budget=8),
+        AttentionSpec(
+            "skyformer", skyformer_attention, "Chen et al. 2021, §4.2 eq. 4-6", "O(nmd + m³)",
+            False, "kernelized", recorded=("num_landmarks", "ridge", "pinv_iterations"),
+            budget="num_landmarks", state="landmark_rng", test_budget=16),
+        AttentionSpec(
+            "kernelized", kernelized_attention,
+            "exact Gaussian-kernel attention that Skyformer approximates (Chen et al. 2021, §4.1)", "O(n²d)", False,
+            "kernelized", exact=True),
+        AttentionSpec(
+            "linear", linear_attention, "Katharopoulos et al. 2020, eq. 6-9", "O(nd²)", True,
+            "softmax", recorded=("feature_map",)),
+        AttentionSpec(
+            "performer", performer_attention, "Choromanski et al. 2021 (FAVOR+), Lemma 1",
+            "O(nrd)", True, "softmax", recorded=("num_features",), budget="num_features",
+            state="random_features", test_budget=32),
+        AttentionSpec(
+            "linformer", linformer_attention, "Wang et al. 2020, eq. 7", "O(nkd)", False,
+            "softmax", recorded=("proj_len",), budget="proj_len", state="length_projection",
+            test_budget=16),
     )
 }
-
-
 def available_attentions() -> tuple[str, ...]:
     """The registered method names, e.g. ``("softmax", "nystrom", ...)``.
 
@@ -62,6 +188,21 @@ def available_attentions() -> tuple[str, ...]:
       True
     """
     return tuple(ATTENTIONS)
+
+
+def budget_parameters() -> dict[str, tuple[str, ...]]:
+    """Each budget parameter of the registered methods and the methods it sizes.
+
+    Example:
+      >>> from spectral_jax.attention import budget_parameters
+      >>> budget_parameters()["num_features"]
+      ('performer',)
+    """
+    params: dict[str, tuple[str, ...]] = {}
+    for name, spec in ATTENTIONS.items():
+        if spec.budget is not None:
+            params[spec.budget] = (*params.get(spec.budget, ()), name)
+    return params
 
 
 def get_attention_spec(name: str) -> AttentionSpec:

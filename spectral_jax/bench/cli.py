@@ -55,19 +55,20 @@ def _speed(args: argparse.Namespace) -> int:
         budget = speed.default_memory_budget_bytes()
     console.print(f"memory budget {budget / 2**30:.2f} GiB; compiling every configuration "
                   "first to read its peak memory")
+    budgets = {p: getattr(args, p) for p in speed.budget_parameters()
+                if getattr(args, p, None) is not None}
     records = speed.run_speed(
         methods=args.methods, lengths=args.lengths, batch=args.batch, heads=args.heads,
-        head_dim=args.head_dim, dtype=args.dtype, num_landmarks=args.num_landmarks,
-        num_features=args.num_features, proj_len=args.proj_len, repeats=args.repeats,
-        warmup=args.warmup, memory_budget_bytes=budget, modes=args.modes,
+        head_dim=args.head_dim, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup, memory_budget_bytes=budget, modes=args.modes,
         head_chunk_size=args.head_chunk_size, run=not args.compile_only, progress=console.print,
+        **budgets,
     )
     records = speed.add_ratios(records)
     config = {k: v for k, v in vars(args).items() if k != "func"}
     config["memory_budget_bytes"] = budget
     title = (f"bench speed: batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}, "
-             f"{args.dtype}, {args.num_landmarks} landmarks, {args.num_features} features, "
-             f"proj_len {args.proj_len}"
+             f"{args.dtype}"
+             + "".join(f", {p} {v}" for p, v in budgets.items())
              + ("" if args.head_chunk_size is None else
                 f", head_chunk_size {args.head_chunk_size}"))
     console.print(report.speed_table(records, title=title))
@@ -159,7 +160,7 @@ def add_parser(subparsers: Any) -> None:
       >>> parser.parse_args(["bench", "speed", "--lengths", "64"]).lengths
       [64]
     """
-    from spectral_jax.attention import available_attentions
+    from spectral_jax.attention import available_attentions, budget_parameters, get_attention_spec
 
     names = available_attentions()
     bench = subparsers.add_parser("bench", help="speed, memory and approximation-error benchmarks")
@@ -172,10 +173,9 @@ def add_parser(subparsers: Any) -> None:
     sp.add_argument("--heads", type=int, default=4)
     sp.add_argument("--head-dim", type=int, default=64)
     sp.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
-    sp.add_argument("--num-landmarks", type=int, default=64,
-                    help="Nyström, spectral shift and Skyformer landmarks")
-    sp.add_argument("--num-features", type=int, default=256, help="Performer random features")
-    sp.add_argument("--proj-len", type=int, default=256, help="Linformer projected length")
+    for param, users in budget_parameters().items():
+        sp.add_argument(f"--{param.replace('_', '-')}", type=int, default=None,
+                        help=f"budget of {', '.join(users)} (default: each method's own)")
     sp.add_argument("--repeats", type=int, default=5, help="timed calls; the median is reported")
     sp.add_argument("--warmup", type=int, default=1, help="untimed calls before timing")
     sp.add_argument("--modes", nargs="+", choices=("fwd", "fwd_bwd"), default=["fwd", "fwd_bwd"])
@@ -192,10 +192,9 @@ def add_parser(subparsers: Any) -> None:
 
     er = sub.add_parser("error", help="approximation error vs exact attention, per budget")
     er.add_argument("--methods", nargs="+", choices=names,
-                    default=["nystrom", "spectral_shift", "skyformer", "performer", "linformer",
-                             "linear"])
+                    default=[n for n in names if not get_attention_spec(n).exact])
     er.add_argument("--budgets", nargs="+", type=int, default=[16, 32, 64, 128, 256],
-                    help="num_landmarks / num_features / proj_len values")
+                    help=f"values of each method's budget ({' / '.join(budget_parameters())})")
     er.add_argument("--regimes", nargs="+",
                     choices=("diffuse", "sharp", "random_walk", "varying_norm"),
                     default=["diffuse", "sharp", "random_walk", "varying_norm"])

@@ -14,25 +14,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax.attention import (
-    available_attentions,
-    get_attention_spec,
-    orthogonal_random_features,
-)
+from spectral_jax.attention import ATTENTIONS, available_attentions, get_attention_spec
 
 Array = jax.Array
 
-# What one unit of "budget" means for each method; None: the method has no budget.
-BUDGET_PARAMS: dict[str, str | None] = {
-    "softmax": None,
-    "kernelized": None,
-    "linear": None,
-    "nystrom": "num_landmarks",
-    "spectral_shift": "num_landmarks",
-    "skyformer": "num_landmarks",
-    "performer": "num_features",
-    "linformer": "proj_len",
-}
+# What one unit of "budget" means for each method (None: no budget), from the registry.
+BUDGET_PARAMS: dict[str, str | None] = {name: spec.budget for name, spec in ATTENTIONS.items()}
 
 LINFORMER_INITS = ("pool", "random")
 
@@ -62,8 +49,6 @@ def check_methods(names: Any) -> tuple[str, ...]:
         raise ValueError(f"`methods` is empty; choose from {', '.join(available_attentions())}.")
     for name in names:
         get_attention_spec(name)
-        if name not in BUDGET_PARAMS:
-            raise ValueError(f"`methods`: {name!r} has no benchmark budget rule in BUDGET_PARAMS.")
     return names
 
 
@@ -76,7 +61,7 @@ def has_budget(name: str) -> bool:
       (True, False)
     """
     check_methods([name])
-    return BUDGET_PARAMS[name] is not None
+    return get_attention_spec(name).budget is not None
 
 
 def _pool_projection(proj_len: int, length: int) -> Array:
@@ -128,23 +113,14 @@ def make_state(
         raise ValueError(
             f"`linformer_init` must be one of {LINFORMER_INITS}; got {linformer_init!r}."
         )
-    param = BUDGET_PARAMS[name]
-    if param is None:
-        return {}
+    spec = get_attention_spec(name)
+    if spec.budget is None:
+        return spec.make_state(rng, budget=None, length=length, head_dim=head_dim)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ValueError(f"{name}: `budget` ({param}) must be a positive int; got {budget!r}.")
-    state = get_attention_spec(name).state
-    if state == "projection":
-        return {"projection": orthogonal_random_features(rng, budget, head_dim)}
-    if state == "linformer":
-        if linformer_init == "pool":
-            return {"key_projection": _pool_projection(budget, length)}
-        limit = (6.0 * 0.5 / (budget + length)) ** 0.5  # Xavier-uniform, gain 1/√2
-        return {"key_projection": jax.random.uniform(rng, (budget, length), jnp.float32,
-                                                     -limit, limit)}
-    if state == "rng":
-        return {"rng": rng}
-    return {}
+        raise ValueError(f"{name}: `budget` ({spec.budget}) must be a positive int; got {budget!r}.")
+    if spec.state == "length_projection" and linformer_init == "pool":
+        return {"key_projection": _pool_projection(budget, length)}
+    return spec.make_state(rng, budget=budget, length=length, head_dim=head_dim)
 
 
 def _apply(
@@ -159,8 +135,9 @@ def bind(name: str, budget: int | None = None, **static: Any) -> Callable[..., A
 
     Args:
       name: a registered method name.
-      budget: num_landmarks for nystrom/spectral_shift/skyformer; the sizes of Performer's
-        and Linformer's state come from :func:`make_state` instead. Ignored otherwise.
+      budget: the method's budget when it is a parameter of its function (num_landmarks);
+        budgets that size a state (num_features, proj_len) go to :func:`make_state` instead.
+        Ignored otherwise.
       **static: further keyword arguments of the method (e.g. ``shift="exact"``).
 
     Returns:
@@ -181,6 +158,7 @@ def bind(name: str, budget: int | None = None, **static: Any) -> Callable[..., A
       (1, 64, 2, 8)
     """
     check_methods([name])
-    if BUDGET_PARAMS[name] == "num_landmarks":
-        static = {"num_landmarks": budget, **static}
+    spec = get_attention_spec(name)
+    if budget is not None:  # a budget that is a parameter of the function (e.g. num_landmarks)
+        static = {**spec.budget_kwargs(budget), **static}
     return functools.partial(_apply, name, static)

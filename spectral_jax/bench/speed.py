@@ -7,6 +7,7 @@ exhaust memory is skipped with a note instead of killing the process.
 
 from __future__ import annotations
 
+import inspect
 import os
 import statistics
 import time
@@ -17,14 +18,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spectral_jax.attention import available_attentions
+from spectral_jax.attention import (
+    BASELINE,
+    available_attentions,
+    budget_parameters,
+    get_attention_spec,
+)
 from spectral_jax.bench import methods as methods_lib
 
 Array = jax.Array
 
 MODES = ("fwd", "fwd_bwd")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-EXACT = "softmax"
+EXACT = BASELINE
 
 
 # XLA's CPU buffer assignment undercounts what its runtime really holds: exact attention
@@ -131,7 +137,8 @@ def benchmark_function(
     """
     if mode not in MODES:
         raise ValueError(f"`mode` must be one of {MODES}; got {mode!r}.")
-    static = {} if name == EXACT or head_chunk_size is None else {
+    takes_chunks = "head_chunk_size" in inspect.signature(get_attention_spec(name).fn).parameters
+    static = {} if not takes_chunks or head_chunk_size is None else {
         "head_chunk_size": head_chunk_size}
     fn = methods_lib.bind(name, budget, **static)
     if mode == "fwd":
@@ -143,10 +150,12 @@ def benchmark_function(
     return jax.grad(loss, argnums=(0, 1, 2))
 
 
-def _budget(name: str, num_landmarks: int, num_features: int, proj_len: int) -> int | None:
-    param = methods_lib.BUDGET_PARAMS[name]
-    return {"num_landmarks": num_landmarks, "num_features": num_features,
-            "proj_len": proj_len, None: None}[param]
+def _budget(name: str, budgets: dict[str, int]) -> int | None:
+    """The budget ``name`` runs at: the given value of its parameter, else its default."""
+    spec = get_attention_spec(name)
+    if spec.budget is None:
+        return None
+    return budgets.get(spec.budget, spec.default(spec.budget))
 
 
 def _check_positive(name: str, value: Any) -> None:
@@ -162,9 +171,6 @@ def run_speed(
     heads: int = 4,
     head_dim: int = 64,
     dtype: str = "float32",
-    num_landmarks: int = 64,
-    num_features: int = 256,
-    proj_len: int = 256,
     repeats: int = 5,
     warmup: int = 1,
     memory_budget_bytes: int | None = None,
@@ -172,6 +178,7 @@ def run_speed(
     head_chunk_size: int | None = None,
     run: bool = True,
     progress: Callable[[str], None] | None = None,
+    **budgets: int,
 ) -> list[dict[str, Any]]:
     """Compiles every (length, method, mode), reads its peak memory, then times what fits.
 
@@ -184,9 +191,6 @@ def run_speed(
       lengths: sequence lengths n.
       batch, heads, head_dim: input layout ``(batch, n, heads, head_dim)``.
       dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (inputs and outputs).
-      num_landmarks: Nyström, spectral shift and Skyformer.
-      num_features: Performer's random features.
-      proj_len: Linformer's projected length.
       repeats: timed calls per configuration (≥ 1).
       warmup: untimed calls first (≥ 0).
       memory_budget_bytes: skip configurations whose compiled peak exceeds it; default
@@ -197,6 +201,9 @@ def run_speed(
         else all at once).
       run: if False only compile and read memory (no timing); used by tests and dry runs.
       progress: called with one line per event (skips included).
+      **budgets: a value per budget parameter of the registry (see
+        :func:`spectral_jax.attention.budget_parameters`, e.g. ``num_landmarks=64``); a method whose parameter is
+        not given runs at its registry default.
 
     Returns:
       Records ``{"method", "length", "mode", "peak_bytes", "temp_bytes", "time_s" (median,
@@ -205,7 +212,8 @@ def run_speed(
       per timed call (None if not run, or without the ``resource`` module).
 
     Raises:
-      ValueError: unknown method, mode or dtype; non-positive sizes, repeats or budget.
+      ValueError: unknown method, mode, dtype or budget parameter; non-positive sizes,
+        repeats or budget.
 
     Example:
       >>> from spectral_jax.bench.speed import run_speed
@@ -227,9 +235,12 @@ def run_speed(
         raise ValueError("`lengths` is empty; give at least one sequence length.")
     if len(set(lengths)) != len(lengths):
         raise ValueError(f"`lengths` must be distinct; got {list(lengths)}.")
+    known = budget_parameters()
+    for name in budgets:
+        if name not in known:
+            raise ValueError(f"`{name}` is not a budget parameter; known: {sorted(known)}.")
     for name, value in (("batch", batch), ("heads", heads), ("head_dim", head_dim),
-                        ("num_landmarks", num_landmarks), ("num_features", num_features),
-                        ("proj_len", proj_len), ("repeats", repeats),
+                        *budgets.items(), ("repeats", repeats),
                         *((f"lengths[{i}]", n) for i, n in enumerate(lengths))):
         _check_positive(name, value)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
@@ -247,7 +258,7 @@ def run_speed(
     for n in lengths:
         spec = jax.ShapeDtypeStruct((batch, n, heads, head_dim), jdtype)
         for name in methods:
-            budget = _budget(name, num_landmarks, num_features, proj_len)
+            budget = _budget(name, budgets)
             state = methods_lib.make_state(name, jax.random.key(0), budget=budget, length=n,
                                            head_dim=head_dim)
             state_spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state)

@@ -19,6 +19,7 @@ from flax import linen as nn
 from flax import nnx
 
 from spectral_jax import nn as _nnx_models
+from spectral_jax.attention import get_attention_spec
 from spectral_jax.nn._config import TransformerConfig
 
 Array = jax.Array
@@ -37,7 +38,8 @@ def _require_rngs(module: nn.Module, deterministic: bool, dropout: bool, attenti
     missing = []
     if dropout and not module.has_rng("dropout"):
         missing.append("'dropout'")
-    if attention == "skyformer" and not (module.has_rng("landmarks") or module.has_rng("dropout")):
+    samples = get_attention_spec(attention).state == "landmark_rng"
+    if samples and not (module.has_rng("landmarks") or module.has_rng("dropout")):
         missing.append("'landmarks' (or 'dropout')")
     if missing:
         raise ValueError(

@@ -1,26 +1,36 @@
 """Flax NNX modules built on :mod:`spectral_jax.attention`.
 
 :class:`MultiHeadAttention` selects any registered attention by name and owns its state
-(Nyström conv skip, Performer projection, Linformer projections, Skyformer rng stream).
+through one small module per kind of state (random features, length projections, a landmark
+rng stream) and the optional Nyström conv skip.
 :class:`TransformerEncoder`, :class:`SequenceClassifier` and :class:`DualEncoderClassifier`
 are the Long Range Arena models, configured by a frozen :class:`TransformerConfig`.
 """
 
-from spectral_jax.nn._attention import (
-    MultiHeadAttention,
-    RandomFeatures,
-    init_linformer_projection,
-    redraw_features,
-)
+from spectral_jax.nn._attention import MultiHeadAttention, redraw_features
 from spectral_jax.nn._classifier import DualEncoderClassifier, SequenceClassifier, masked_mean
 from spectral_jax.nn._config import TransformerConfig
 from spectral_jax.nn._embedding import TokenEmbedding, sinusoidal_positions
 from spectral_jax.nn._encoder import EncoderBlock, TransformerEncoder
+from spectral_jax.nn._state import (
+    STATE_MODULES,
+    ConvSkip,
+    LandmarkRngState,
+    LengthProjectionState,
+    RandomFeatures,
+    RandomFeatureState,
+    init_linformer_projection,
+)
 
 __all__ = [
+    "STATE_MODULES",
+    "ConvSkip",
     "DualEncoderClassifier",
     "EncoderBlock",
+    "LandmarkRngState",
+    "LengthProjectionState",
     "MultiHeadAttention",
+    "RandomFeatureState",
     "RandomFeatures",
     "SequenceClassifier",
     "TokenEmbedding",

@@ -8,14 +8,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spectral_jax.nn._attention import (
-    DEFAULT_PROJ_LEN,
-    MultiHeadAttention,
-    init_linformer_projection,
-)
+from spectral_jax import attention as _attention
+from spectral_jax.nn._attention import MultiHeadAttention
 from spectral_jax.nn._config import TransformerConfig
 from spectral_jax.nn._embedding import TokenEmbedding
 from spectral_jax.nn._rngs import stream
+from spectral_jax.nn._state import STATE_MODULES
 
 Array = jax.Array
 
@@ -31,6 +29,7 @@ class EncoderBlock(nnx.Module):
         config: the model configuration.
         attention_kwargs: the attention options for this block (the encoder fills in
           Linformer's ``max_length``).
+        shared_state: the encoder's attention state shared by every block, or None.
         rngs: ``"params"``, ``"dropout"`` and the attention's streams.
 
     Example:
@@ -44,7 +43,12 @@ class EncoderBlock(nnx.Module):
     """
 
     def __init__(
-        self, config: TransformerConfig, attention_kwargs: dict[str, Any], *, rngs: nnx.Rngs
+        self,
+        config: TransformerConfig,
+        attention_kwargs: dict[str, Any],
+        *,
+        shared_state: nnx.Module | None = None,
+        rngs: nnx.Rngs,
     ) -> None:
         c = config
         common = dict(dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
@@ -58,6 +62,7 @@ class EncoderBlock(nnx.Module):
             out_features=c.embed_dim,
             dropout_rate=c.attention_dropout_rate,
             use_bias=c.use_bias,
+            shared_state=shared_state,
             **common,
         )
         self.mlp_norm = nnx.LayerNorm(c.embed_dim, **common)
@@ -65,31 +70,18 @@ class EncoderBlock(nnx.Module):
         self.mlp_out = nnx.Linear(c.mlp_dim, c.embed_dim, **common)
         self.dropout = nnx.Dropout(c.dropout_rate, rngs=stream(rngs, "dropout", "params"))
 
-    def __call__(
-        self,
-        x: Array,
-        mask: Array | None,
-        *,
-        deterministic: bool,
-        linformer_projection: Array | None = None,
-    ) -> Array:
+    def __call__(self, x: Array, mask: Array | None, *, deterministic: bool) -> Array:
         """Applies the block.
 
         Args:
             x: ``(batch, length, embed_dim)``.
             mask: bool ``(batch, 1, length, length)`` padding mask, or None.
             deterministic: no dropout, fixed Skyformer landmarks.
-            linformer_projection: the encoder's shared Linformer projection, if any.
 
         Returns:
             ``(batch, length, embed_dim)``.
         """
-        y = self.attention(
-            self.attention_norm(x),
-            mask=mask,
-            deterministic=deterministic,
-            linformer_projection=linformer_projection,
-        )
+        y = self.attention(self.attention_norm(x), mask=mask, deterministic=deterministic)
         x = x + self.dropout(y, deterministic=deterministic)
         y = nnx.gelu(self.mlp_in(self.mlp_norm(x)), approximate=False)
         y = self.mlp_out(self.dropout(y, deterministic=deterministic))
@@ -101,9 +93,10 @@ class TransformerEncoder(nnx.Module):
 
     Embedding (sinusoidal or learned positions, optional CLS token at position 0), then
     ``num_layers`` pre-LayerNorm :class:`EncoderBlock` s and a final LayerNorm (Tay et al.
-    2021, LRA, ``lra_benchmarks/models/transformer/transformer.py``). With Linformer's
-    ``sharing="layerwise"`` the encoder owns the one projection all layers use; with
-    ``max_length`` absent from ``attention_kwargs`` Linformer gets the encoder's length.
+    2021, LRA, ``lra_benchmarks/models/transformer/transformer.py``). A state every layer
+    shares (Linformer's ``sharing="layerwise"``) is built once here and passed to each
+    block; a state with a ``max_length`` option gets the encoder's length when it is absent
+    from ``attention_kwargs``.
 
     Args:
         config: the model configuration.
@@ -144,20 +137,17 @@ class TransformerEncoder(nnx.Module):
             rngs=rngs,
         )
         attention_kwargs = config.attention_kwargs_dict
-        if config.attention == "linformer":
+        kind = _attention.get_attention_spec(config.attention).state_kind
+        if kind is not None and "max_length" in kind.options:
             attention_kwargs.setdefault("max_length", config.max_length + int(cls_token))
-        # The blocks validate the attention options before the shared projection uses them.
-        self.layers = nnx.List(
-            [EncoderBlock(config, attention_kwargs, rngs=rngs) for _ in range(config.num_layers)]
-        )
-        self.shared_projection = nnx.data(None)
-        if config.attention == "linformer" and attention_kwargs.get("sharing") == "layerwise":
-            self.shared_projection = init_linformer_projection(
-                attention_kwargs.get("proj_len", DEFAULT_PROJ_LEN),
-                attention_kwargs["max_length"],
-                param_dtype=config.param_dtype,
-                rngs=rngs,
-            )
+        shared_state = None
+        shared = getattr(STATE_MODULES.get(kind.name), "shared", None) if kind else None
+        if shared is not None:
+            shared_state = shared(attention_kwargs, param_dtype=config.param_dtype, rngs=rngs)
+        self.layers = nnx.List([
+            EncoderBlock(config, attention_kwargs, shared_state=shared_state, rngs=rngs)
+            for _ in range(config.num_layers)
+        ])
         self.norm = nnx.LayerNorm(
             config.embed_dim, dtype=config.dtype, param_dtype=config.param_dtype, rngs=rngs
         )
@@ -189,7 +179,6 @@ class TransformerEncoder(nnx.Module):
         if self.cls_token:
             mask = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask], axis=1)
         pairwise = mask[:, None, :, None] & mask[:, None, None, :]
-        shared = None if self.shared_projection is None else self.shared_projection[...]
         for layer in self.layers:
-            x = layer(x, pairwise, deterministic=deterministic, linformer_projection=shared)
+            x = layer(x, pairwise, deterministic=deterministic)
         return self.norm(x)

@@ -2,8 +2,8 @@
 
 Each task file (``configs/lra/listops.py`` ...) holds that task's numbers for every protocol and
 calls :func:`build_config`; this module holds what the files share: the argument parser for
-``get_config("attention=nystrom,protocol=small")``, the per-method attention defaults and the
-config schema. The style follows big_vision's ``configs/common.py`` and the Flax examples'
+``get_config("attention=nystrom,protocol=small")``, the attention defaults (taken from the
+attention registry) and the config schema. The style follows big_vision's ``configs/common.py`` and the Flax examples'
 ``configs/default.py``.
 """
 
@@ -30,22 +30,6 @@ SMALL_OPTIMIZER: dict[str, Any] = {
 # The "quick" CPU smoke runs share one AdamW setting across tasks.
 QUICK_OPTIMIZER: dict[str, Any] = {
     "learning_rate": 1e-3, "b1": 0.9, "b2": 0.98, "eps": 1e-9, "weight_decay": 0.01}
-
-# Method parameters recorded in every config (they define the result). Budgets follow the papers:
-# Nystromformer / Skyformer use 64-128 landmarks or features (reference lra.md sections 5-6).
-ATTENTION_DEFAULTS: dict[str, dict[str, Any]] = {
-    "softmax": {},
-    "nystrom": {"num_landmarks": 64, "pinv_iterations": 6},
-    "spectral_shift": {"num_landmarks": 64, "pinv_iterations": 6},
-    "skyformer": {"num_landmarks": 128, "ridge": 0.1, "pinv_iterations": 6},
-    "kernelized": {},
-    "linear": {"feature_map": "elu"},
-    "performer": {"num_features": 256},
-    "linformer": {"proj_len": 256},
-}
-# Keys that cap a method's budget; the quick preset shrinks them to fit short sequences.
-_BUDGET_KEYS = ("num_landmarks", "num_features", "proj_len")
-
 
 def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
     """Parses ``"key=value,key2=value2"`` (the part after ``:`` in ``--config file.py:arg``).
@@ -102,7 +86,7 @@ def _convert(key: str, raw: str, default: Any) -> Any:
 
 
 def attention_kwargs(attention: str, max_length: int | None = None) -> dict[str, Any]:
-    """Default parameters of an attention method, budgets capped at ``max_length``.
+    """Default parameters of an attention method (its registry entry), budget capped at ``max_length``.
 
     Args:
         attention: registry name (see ``spectral_jax.attention.available_attentions()``).
@@ -117,16 +101,19 @@ def attention_kwargs(attention: str, max_length: int | None = None) -> dict[str,
         >>> attention_kwargs("nystrom", max_length=48)["num_landmarks"]
         32
     """
-    if attention not in ATTENTION_DEFAULTS:
+    from spectral_jax import attention as attention_lib
+
+    if attention not in attention_lib.ATTENTIONS:
         raise ValueError(
-            f"attention={attention!r} is unknown; known methods: {sorted(ATTENTION_DEFAULTS)}"
+            f"attention={attention!r} is unknown; known methods: "
+            f"{sorted(attention_lib.available_attentions())}"
         )
-    kwargs = dict(ATTENTION_DEFAULTS[attention])
-    if max_length is not None:
+    # The registry records each method's parameters and which one is its budget.
+    spec = attention_lib.get_attention_spec(attention)
+    kwargs = spec.config_defaults()
+    if max_length is not None and spec.budget in kwargs:
         cap = 1 << (max_length.bit_length() - 1)
-        for key in _BUDGET_KEYS:
-            if key in kwargs:
-                kwargs[key] = min(kwargs[key], cap)
+        kwargs[spec.budget] = min(kwargs[spec.budget], cap)
     return kwargs
 
 
@@ -340,7 +327,10 @@ def from_presets(
     preset = presets[protocol]
     model = dict(preset["model"])
     attention_overrides = dict(preset.get("attention_kwargs", {}).get(a.attention, {}))
-    if a.attention != "softmax":
+    from spectral_jax.attention import ATTENTIONS
+
+    spec = ATTENTIONS.get(a.attention)
+    if spec is None or not spec.weight_dropout:
         model["attention_dropout_rate"] = 0.0
     return build_config(
         task=task, protocol=protocol, attention=a.attention, seed=a.seed, data=preset["data"],

@@ -1,0 +1,76 @@
+"""Kinds of state an attention method needs from its caller, and pure builders for them.
+
+A registered method names one kind (``AttentionSpec.state``). The kind says which keyword
+arguments of the attention function the state fills, which module options configure it (with
+their defaults) and how to build it from a key for benchmarks and tests; ``spectral_jax.nn``
+owns it as a small module per kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention._performer import orthogonal_random_features
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class StateKind:
+    """One kind of caller-supplied state.
+
+    Attributes:
+      name: the kind's name, as ``AttentionSpec.state`` gives it.
+      arguments: keyword arguments of the attention function the state fills.
+      options: module options that configure it and their defaults (None: required).
+      size: the option that sets the state's size (a method's budget), or None.
+      build: ``build(rng, *, size, length, head_dim)``: the ``arguments`` as arrays, a pure
+        function for benchmarks and tests (modules own learned or persistent versions).
+    """
+
+    name: str
+    arguments: tuple[str, ...]
+    options: Mapping[str, Any]
+    size: str | None
+    build: Callable[..., dict[str, Any]]
+
+
+def _random_features(rng: Array, *, size: int, length: int, head_dim: int) -> dict[str, Array]:
+    del length
+    return {"projection": orthogonal_random_features(rng, size, head_dim)}
+
+
+def _length_projection(rng: Array, *, size: int, length: int, head_dim: int) -> dict[str, Array]:
+    """One shared (size, length) projection, Xavier-uniform with gain 1/√2 (fairseq)."""
+    del head_dim
+    limit = (6.0 * 0.5 / (size + length)) ** 0.5
+    return {"key_projection": jax.random.uniform(rng, (size, length), jnp.float32, -limit, limit)}
+
+
+def _landmark_rng(rng: Array, *, size: int | None, length: int, head_dim: int) -> dict[str, Array]:
+    del size, length, head_dim
+    return {"rng": rng}
+
+
+LINFORMER_SHARING = ("none", "key_value", "layerwise")
+
+STATE_KINDS: Mapping[str, StateKind] = MappingProxyType({
+    kind.name: kind
+    for kind in (
+        # Performer's orthogonal random features; not trained, redrawn only explicitly.
+        StateKind("random_features", ("projection",), MappingProxyType({"num_features": 256}),
+                  "num_features", _random_features),
+        # Linformer's learned E/F projections (Wang et al. 2020, §4 for the sharing modes).
+        StateKind("length_projection", ("key_projection", "value_projection"),
+                  MappingProxyType({"proj_len": 256, "sharing": "none", "max_length": None}),
+                  "proj_len", _length_projection),
+        # Skyformer's landmark sampling key; absent (fixed landmarks) in evaluation.
+        StateKind("landmark_rng", ("rng",), MappingProxyType({}), None, _landmark_rng),
+    )
+})

@@ -1,0 +1,232 @@
+"""The state attention methods need, one small NNX module per kind of state.
+
+Each module is built from its kind's module options (``spectral_jax.attention.STATE_KINDS``)
+and, called with the key length and ``deterministic``, returns the keyword arguments it
+contributes to the attention function. :class:`MultiHeadAttention` picks the module its
+method's registry entry names through :data:`STATE_MODULES`, keyed by kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from spectral_jax import attention as _attention
+from spectral_jax.attention import STATE_KINDS
+from spectral_jax.attention._state import LINFORMER_SHARING
+from spectral_jax.nn._rngs import stream as _stream
+
+Array = jax.Array
+
+
+def check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}.")
+
+
+class RandomFeatures(nnx.Variable):
+    """Performer's random projection: state that is not trained and never redrawn implicitly.
+
+    Not an ``nnx.Param``, so ``nnx.Optimizer(model, tx, wrt=nnx.Param)`` skips it; it is still
+    part of ``nnx.state(model)`` and so of every checkpoint. In Linen (via ``nnx.bridge``) it
+    lives in the ``"random_features"`` collection.
+    """
+
+
+nnx.register_variable_name("random_features", RandomFeatures)
+
+
+class RandomFeatureState(nnx.Module):
+    """Orthogonal random features ``(num_features, head_dim)``, changed only by :meth:`redraw`.
+
+    Drawn from the ``"features"`` rng stream (else ``"params"``); Choromanski et al. 2021, §3.
+
+    Example:
+        >>> from flax import nnx
+        >>> RandomFeatureState({"num_features": 8}, head_dim=4,
+        ...     rngs=nnx.Rngs(0)).projection.shape
+        (8, 4)
+    """
+
+    def __init__(self, options: Mapping[str, Any], *, head_dim: int, rngs: nnx.Rngs,
+                 **_: Any) -> None:
+        self.num_features = options["num_features"]
+        check_positive_int("attention_kwargs['num_features']", self.num_features)
+        self.head_dim = head_dim
+        self.projection = RandomFeatures(self._draw(_stream(rngs, "features", "params")()))
+
+    def _draw(self, key: Array) -> Array:
+        return _attention.orthogonal_random_features(key, self.num_features, self.head_dim)
+
+    def redraw(self, rng: Array) -> None:
+        """Replaces the projection with a fresh draw from the PRNG key ``rng``."""
+        self.projection[...] = self._draw(rng)
+
+    def __call__(self, *, kv_len: int, deterministic: bool) -> dict[str, Array]:
+        del kv_len, deterministic
+        return {"projection": self.projection[...]}
+
+
+def init_linformer_projection(
+    proj_len: int, max_length: int, *, param_dtype: Any = jnp.float32, rngs: nnx.Rngs
+) -> nnx.Param:
+    """A learned Linformer length projection ``(proj_len, max_length)``, Xavier-uniform.
+
+    Xavier-uniform with gain 1/√2 follows fairseq's ``MultiheadLinearAttention`` (Wang et al.
+    2020). Inputs shorter than ``max_length`` use its first columns.
+
+    Args:
+        proj_len: projected length k.
+        max_length: longest key sequence n.
+        param_dtype: dtype of the parameter.
+        rngs: the ``"params"`` stream draws it.
+
+    Returns:
+        ``nnx.Param`` of shape ``(proj_len, max_length)``.
+
+    Example:
+        >>> from flax import nnx
+        >>> init_linformer_projection(4, 16, rngs=nnx.Rngs(0)).shape
+        (4, 16)
+    """
+    init = nnx.initializers.variance_scaling(0.5, "fan_avg", "uniform")
+    return nnx.Param(init(rngs.params(), (proj_len, max_length), param_dtype))
+
+
+class LengthProjectionState(nnx.Module):
+    """Learned length projections ``(proj_len, max_length)`` (Wang et al. 2020, §4).
+
+    ``sharing``: ``"none"`` (separate key and value projections), ``"key_value"`` (one for
+    both) or ``"layerwise"`` (one for both and for every layer: the encoder builds it once
+    with :meth:`shared` and every layer's module uses that instance).
+
+    Example:
+        >>> from flax import nnx
+        >>> state = LengthProjectionState({"proj_len": 4, "max_length": 16}, rngs=nnx.Rngs(0))
+        >>> state.key_projection.shape, state.value_projection.shape
+        ((4, 16), (4, 16))
+    """
+
+    def __init__(self, options: Mapping[str, Any], *, param_dtype: Any = jnp.float32,
+                 rngs: nnx.Rngs, _shared: bool = False, **_: Any) -> None:
+        options = {**STATE_KINDS["length_projection"].options, **options}
+        self.sharing = options["sharing"]
+        if self.sharing not in LINFORMER_SHARING:
+            raise ValueError(
+                f"attention_kwargs['sharing'] must be one of {list(LINFORMER_SHARING)}, "
+                f"got {self.sharing!r}."
+            )
+        if self.sharing == "layerwise" and not _shared:
+            raise ValueError(
+                "sharing='layerwise' uses one projection for every layer: pass the encoder's "
+                "instance (LengthProjectionState.shared) as MultiHeadAttention(shared_state=...)."
+            )
+        self.max_length = options["max_length"]
+        self.proj_len = options["proj_len"]
+        check_positive_int("attention_kwargs['max_length']", self.max_length)
+        check_positive_int("attention_kwargs['proj_len']", self.proj_len)
+        make = lambda: init_linformer_projection(  # noqa: E731
+            self.proj_len, self.max_length, param_dtype=param_dtype, rngs=rngs)
+        self.key_projection = make()
+        self.value_projection = make() if self.sharing == "none" else nnx.data(None)
+
+    @classmethod
+    def shared(cls, options: Mapping[str, Any], *, param_dtype: Any = jnp.float32,
+               rngs: nnx.Rngs) -> LengthProjectionState | None:
+        """The one instance every layer uses with ``sharing="layerwise"``, else None."""
+        if options.get("sharing") != "layerwise":
+            return None
+        return cls(options, param_dtype=param_dtype, rngs=rngs, _shared=True)
+
+    def __call__(self, *, kv_len: int, deterministic: bool) -> dict[str, Array | None]:
+        del deterministic
+        if kv_len > self.max_length:
+            raise ValueError(
+                f"Linformer key length must be <= attention_kwargs['max_length']="
+                f"{self.max_length}, got kv_len={kv_len}."
+            )
+        value = None if self.value_projection is None else self.value_projection[...]
+        return {"key_projection": self.key_projection[...], "value_projection": value}
+
+
+class LandmarkRngState(nnx.Module):
+    """A landmark-sampling rng stream: ``"landmarks"``, else ``"dropout"``, else ``"params"``.
+
+    Training calls get a fresh key; evaluation (``deterministic=True``) gets none, so the
+    method uses fixed landmarks and two evaluation calls are bitwise equal.
+    """
+
+    def __init__(self, options: Mapping[str, Any], *, rngs: nnx.Rngs, **_: Any) -> None:
+        del options
+        self.rng = _stream(rngs, "landmarks", "dropout", "params").fork()
+
+    def __call__(self, *, kv_len: int, deterministic: bool) -> dict[str, Array]:
+        del kv_len
+        return {} if deterministic else {"rng": self.rng()}
+
+
+# The module that owns each kind of state (keys: spectral_jax.attention.STATE_KINDS).
+STATE_MODULES: dict[str, type[nnx.Module]] = {
+    "random_features": RandomFeatureState,
+    "length_projection": LengthProjectionState,
+    "landmark_rng": LandmarkRngState,
+}
+
+
+class ConvSkip(nnx.Module):
+    """Nyströmformer's depthwise convolution skip on V (Xiong et al. 2021).
+
+    One length-``kernel_size`` filter per head along the sequence, shared by the head's
+    channels, zero padding, no bias (``mlpen/Nystromformer`` ``attention_nystrom.py``; the
+    reference codes use 33, 35, 65). Padded positions of V are zeroed first.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> skip = ConvSkip(3, num_heads=2, rngs=nnx.Rngs(0))
+        >>> skip(jnp.ones((1, 5, 2, 4)), None, 5).shape
+        (1, 5, 2, 4)
+    """
+
+    def __init__(self, kernel_size: int, *, num_heads: int, param_dtype: Any = jnp.float32,
+                 rngs: nnx.Rngs) -> None:
+        check_positive_int("attention_kwargs['conv_kernel_size']", kernel_size)
+        if kernel_size % 2 == 0:
+            raise ValueError(
+                "attention_kwargs['conv_kernel_size'] must be odd (same-length "
+                f"convolution), got {kernel_size}."
+            )
+        # PyTorch Conv default init (uniform, fan_in = kernel size), as the reference code.
+        init = nnx.initializers.variance_scaling(1 / 3, "fan_in", "uniform", in_axis=0)
+        self.kernel = nnx.Param(init(rngs.params(), (kernel_size, 1, num_heads), param_dtype))
+
+    def __call__(self, value: Array, mask: Array | None, q_len: int) -> Array:
+        """Depthwise conv along the sequence of ``value`` (batch..., L, H, D), padding zeroed."""
+        length, heads, dim = value.shape[-3:]
+        if length != q_len:
+            raise ValueError(
+                f"conv_kernel_size needs self-attention lengths, got q_len={q_len} and "
+                f"kv_len={length}."
+            )
+        if mask is not None:
+            valid = jnp.any(mask, axis=-2)  # (batch..., heads|1, kv_len)
+            valid = jnp.any(valid, axis=-2) if valid.ndim >= 2 else valid
+            value = value * jnp.expand_dims(valid, (-1, -2)).astype(value.dtype)
+        batch = value.shape[:-3]
+        # (batch..., L, H, D) -> (batch·D, L, H): heads are the conv's feature groups.
+        v = jnp.moveaxis(value.reshape(-1, length, heads, dim), -1, 1).reshape(-1, length, heads)
+        kernel = self.kernel[...].astype(v.dtype)
+        y = jax.lax.conv_general_dilated(
+            v,
+            kernel,
+            window_strides=(1,),
+            padding="SAME",
+            dimension_numbers=("NWC", "WIO", "NWC"),
+            feature_group_count=heads,
+        )
+        y = jnp.moveaxis(y.reshape(-1, dim, length, heads), 1, -1)
+        return y.reshape(*batch, length, heads, dim)
