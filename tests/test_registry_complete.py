@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.experimental import enable_x64
+
 
 from spectral_jax.attention import ATTENTIONS, STATE_KINDS
 from spectral_jax.nn import STATE_MODULES
@@ -94,7 +94,7 @@ def test_every_target_is_a_float64_reference(target):
     # The tests compare each approximation with its target computed in float64.
     assert target in ATTENTIONS and ATTENTIONS[target].exact, (
         f"target {target!r} must be a registered exact method")
-    with enable_x64():
+    with jax.enable_x64(True):
         x = jnp.asarray(np.random.default_rng(0).normal(size=(1, 6, 1, 4)))
         out = ATTENTIONS[target].fn(x, x, x)
         assert out.dtype == jnp.float64, f"target {target!r} does not compute in float64"
