@@ -34,6 +34,9 @@ class TransformerConfig:
         use_bias: biases on the query/key/value/output projections (LRA's JAX code: False;
           the Nyströmformer/Skyformer PyTorch code: True).
         interaction: dual encoder only: ``"concat"`` ([u, v]) or ``"nli"`` ([u, v, u*v, u-v]).
+        is_causal: causal self-attention in every block (required by causal-only methods
+          such as ``gated_linear``; use ``pooling="mean"``: a CLS token at position 0
+          would see only itself).
         dtype: computation dtype (e.g. bfloat16); logits' log-softmax stays float32.
         param_dtype: parameter dtype.
     """
@@ -54,6 +57,7 @@ class TransformerConfig:
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
     interaction: Literal["concat", "nli"] = "concat"
     use_bias: bool = True
+    is_causal: bool = False
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 

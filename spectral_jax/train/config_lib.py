@@ -179,7 +179,7 @@ def build_config(
         "vocab_size": None, "num_classes": None, "max_length": None, "num_layers": 2,
         "embed_dim": 64, "num_heads": 2, "qkv_dim": 64, "mlp_dim": 128, "dropout_rate": 0.1,
         "attention_dropout_rate": 0.0, "pooling": "mean", "positional": "sinusoidal",
-        "interaction": "concat", "dtype": "float32", "use_bias": True,
+        "interaction": "concat", "dtype": "float32", "use_bias": True, "is_causal": False,
     }
     cfg.model = ml_collections.ConfigDict({**model_defaults, **model})
     cfg.model.attention = attention
@@ -254,6 +254,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config argument, e.g. configs/lra/{config.task}.py:attention={model.attention}, "
             "which brings that method's own attention_kwargs"
         )
+    _check_causal(model, attention_lib.get_attention_spec(model.attention))
     for name in ("num_layers", "embed_dim", "num_heads", "qkv_dim", "mlp_dim"):
         _check_positive_int(f"model.{name}", model[name])
     for name in ("dropout_rate", "attention_dropout_rate"):
@@ -265,6 +266,22 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     _check_number("train.optimizer.weight_decay", opt.weight_decay, low=0.0)
     if train.schedule.steps_per_cycle is not None:
         _check_positive_int("train.schedule.steps_per_cycle", train.schedule.steps_per_cycle)
+
+
+def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:
+    causal = model.get("is_causal", False)
+    if not isinstance(causal, bool):
+        raise ValueError(f"model.is_causal={causal!r} must be a bool")
+    if spec.causal_only and not causal:
+        raise ValueError(
+            f"attention={spec.name!r} is causal only: set model.is_causal=True (the "
+            f"configs/lra presets do it) with model.pooling='mean'")
+    if causal and not spec.supports_causal:
+        raise ValueError(f"model.is_causal=True but attention={spec.name!r} has no causal form")
+    if causal and model.pooling == "cls":
+        raise ValueError(
+            "model.is_causal=True with model.pooling='cls': the CLS token at position 0 would "
+            "see only itself; use model.pooling='mean'")
 
 
 def _check_number(name: str, value: Any, *, low: float, strict: bool = False) -> None:
@@ -298,7 +315,8 @@ def from_presets(
     ``arg`` takes ``attention=<method>`` (default ``spectral_shift``), ``protocol=lra|small|quick``
     (default ``lra``), the bare word ``quick`` (= ``protocol=quick``) and ``seed=<int>``, e.g.
     ``"attention=nystrom,protocol=small"``. Attention-weight dropout exists only for exact
-    softmax attention, so other methods get ``attention_dropout_rate=0``.
+    softmax attention, so other methods get ``attention_dropout_rate=0``; causal-only methods
+    (``gated_linear``) get ``model.is_causal=True`` and ``model.pooling="mean"``.
 
     Args:
         task: one of :data:`TASKS`.
@@ -332,6 +350,10 @@ def from_presets(
     spec = ATTENTIONS.get(a.attention)
     if spec is None or not spec.weight_dropout:
         model["attention_dropout_rate"] = 0.0
+    if spec is not None and spec.causal_only:
+        # A recurrence (gated_linear) runs causally; a causal CLS token at position 0 would
+        # see only itself, so these methods pool by the mean over valid tokens.
+        model.update(is_causal=True, pooling="mean")
     return build_config(
         task=task, protocol=protocol, attention=a.attention, seed=a.seed, data=preset["data"],
         model=model, train=preset["train"], attention_overrides=attention_overrides,

@@ -22,6 +22,7 @@ from spectral_jax.nn import TransformerConfig
 _MODEL_FIELDS = (
     "num_layers", "embed_dim", "num_heads", "qkv_dim", "mlp_dim", "dropout_rate",
     "attention_dropout_rate", "attention", "pooling", "positional", "interaction", "use_bias",
+    "is_causal",
 )
 
 
