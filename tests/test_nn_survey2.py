@@ -149,3 +149,55 @@ def test_causal_only_methods_get_a_causal_mean_pooled_config():
     cfg.model.is_causal = True
     with pytest.raises(ValueError, match="no causal form"):
         config_lib.validate_config(cfg)
+
+
+def _n_params(module) -> int:
+    return sum(x.size for x in jax.tree.leaves(nnx.state(module, nnx.Param)))
+
+
+@pytest.mark.parametrize("symmetric", ["pairwise", "pairwise_psd"])
+def test_pairwise_symmetric_scores_are_q_sigma_qt_in_float64(symmetric):
+    layer = MultiHeadAttention(H, E, attention="softmax",
+                               attention_kwargs={"symmetric": symmetric}, rngs=nnx.Rngs(0))
+    full = MultiHeadAttention(H, E, attention="softmax", rngs=nnx.Rngs(0))
+    assert layer.key is None
+    # No key projection (E·E + E), one d×d matrix per head instead.
+    assert _n_params(full) - _n_params(layer) == E * E + E - H * D * D
+    x, valid = _inputs(4)
+    out = layer(x, mask=nnx.make_attention_mask(valid, valid), deterministic=True)
+    q, v = _project(layer.query, x), _project(layer.value, x)
+    m = _np(layer.pairwise.matrix[...])
+    sigma = m @ np.swapaxes(m, -1, -2) if symmetric == "pairwise_psd" else m
+    if symmetric == "pairwise_psd":
+        np.testing.assert_allclose(sigma, np.swapaxes(sigma, -1, -2), atol=1e-12)
+        assert np.linalg.eigvalsh(sigma).min() > -1e-12
+    logits = np.einsum("bqhd,hde,bkhe->bhqk", q, sigma, q) / np.sqrt(D)
+    logits = np.where(np.asarray(valid)[:, None, None, :], logits, -np.inf)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    expected = _out(layer, np.einsum("bhqk,bkhd->bqhd", w / w.sum(-1, keepdims=True), v))
+    sel = np.asarray(valid)
+    np.testing.assert_allclose(np.asarray(out)[sel], expected[sel], rtol=1e-4, atol=1e-5)
+
+
+_SMALL = {"linformer": {"max_length": L, "proj_len": 4}, "luna": {"packed_length": 3},
+          "inducing_points": {"num_inducing_points": 3}, "performer": {"num_features": 8},
+          "nystrom": {"num_landmarks": 4}, "spectral_shift": {"num_landmarks": 4},
+          "skyformer": {"num_landmarks": 4}}
+
+
+@pytest.mark.parametrize("name", attention.available_attentions())
+def test_pairwise_symmetric_reaches_every_method(name):
+    spec = attention.get_attention_spec(name)
+    layer = MultiHeadAttention(H, E, attention=name, is_causal=spec.causal_only,
+                               attention_kwargs={**_SMALL.get(name, {}), "symmetric": "pairwise"},
+                               rngs=nnx.Rngs(0))
+    x, _ = _inputs(5)
+    shared = layer.query(x)
+    q, k = layer.pairwise(shared, shared)
+    kwargs = dict(layer.attention_kwargs)
+    if spec.causal_only:
+        kwargs["is_causal"] = True
+    if layer.state is not None:
+        kwargs.update(layer.state(kv_len=L, deterministic=True, inputs=x))
+    expected = layer.out(spec.fn(q, k, layer.value(x), **kwargs))
+    chex.assert_trees_all_close(layer(x, deterministic=True), expected, atol=1e-5, rtol=1e-5)

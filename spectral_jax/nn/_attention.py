@@ -15,6 +15,7 @@ from spectral_jax.attention._common import FLAX_KWARGS, as_bool_mask
 from spectral_jax.nn._rngs import stream as _stream
 from spectral_jax.nn._checks import check_positive_int
 from spectral_jax.nn._state import STATE_MODULES, ConvSkip, RandomFeatureState
+from spectral_jax.nn._symmetric import PairwiseScores, check_symmetric
 
 Array = jax.Array
 
@@ -124,9 +125,11 @@ class MultiHeadAttention(nnx.Module):
       returns with ``return_carry``); RFA-Gate's gates (:class:`GateState`) have no option.
     - ``conv_kernel_size`` (methods whose entry allows it): odd int or None (off); adds
       Nyströmformer's depthwise convolution skip on V (:class:`~spectral_jax.nn._state.ConvSkip`).
-    - ``symmetric`` (every method, default False): the key projection is the query
+    - ``symmetric`` (every method, default False): True: the key projection is the query
       projection, so scores are ``Q Qᵀ`` (Courtois et al. 2024, Findings of ACL,
-      "Symmetric Dot-Product Attention").
+      "Symmetric Dot-Product Attention"); ``"pairwise"``: scores ``Q Σ_h Qᵀ`` with a learned
+      d×d matrix per head; ``"pairwise_psd"``: the same with Σ_h = L_h L_hᵀ, so query =
+      key = Q L_h (:class:`~spectral_jax.nn._symmetric.PairwiseScores`).
 
     A landmark rng stream (``"landmarks"``, else ``"dropout"``) gives Skyformer a fresh key
     when ``deterministic=False``; with ``deterministic=True`` it uses fixed evenly spaced
@@ -230,13 +233,18 @@ class MultiHeadAttention(nnx.Module):
         self.is_causal = is_causal
         self.deterministic = deterministic
         self.dtype = dtype
-        self.symmetric = bool(options["symmetric"])
+        self.symmetric = check_symmetric(options["symmetric"])
 
         dense = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
                      kernel_init=kernel_init, rngs=rngs)
         heads = (num_heads, self.head_dim)
         self.query = nnx.LinearGeneral(in_features, heads, **dense)
         self.key = None if self.symmetric else nnx.LinearGeneral(in_features, heads, **dense)
+        self.pairwise = nnx.data(None)
+        if isinstance(self.symmetric, str):
+            self.pairwise = PairwiseScores(num_heads, self.head_dim,
+                                           psd=self.symmetric == "pairwise_psd",
+                                           param_dtype=param_dtype, rngs=rngs)
         self.value = nnx.LinearGeneral(in_features, heads, **dense)
         self.out = nnx.LinearGeneral(heads, out_features, axis=(-2, -1), **dense)
         self.dropout_rng = _stream(rngs, "dropout", "params").fork() if dropout_rate else None
@@ -325,6 +333,8 @@ class MultiHeadAttention(nnx.Module):
         query = self.query(inputs_q)
         key = self.query(inputs_kv) if self.key is None else self.key(inputs_kv)
         value = self.value(inputs_kv)
+        if self.pairwise is not None:
+            query, key = self.pairwise(query, key)
         if mask is not None:  # Flax's make_attention_mask defaults to float 1/0
             mask = as_bool_mask("MultiHeadAttention", mask)
 
