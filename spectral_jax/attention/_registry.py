@@ -51,6 +51,9 @@ class AttentionSpec:
         state argument, called with ``flag=True`` (Luna: ``("packed_query",
         "return_packed")``, returning ``(out, P')``), else None. ``TransformerEncoder``
         carries it from block to block.
+      linear_in_value: whether the output is a fixed n×n matrix times V (``bench error``'s
+        matrix errors need it); False where a summary of V is read as keys (inducing
+        points, Luna).
     """
 
     name: str
@@ -69,6 +72,7 @@ class AttentionSpec:
     test_budget: int | None = None
     causal_only: bool = False
     carry: tuple[str, str] | None = None
+    linear_in_value: bool = True
 
     @property
     def state_kind(self) -> StateKind | None:
@@ -193,11 +197,12 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             "inducing_points", inducing_points_attention,
             "Lee et al. 2019 (Set Transformer), §3.2 ISAB", "O(nmd)", False, "softmax",
             recorded=("num_inducing_points",), budget="num_inducing_points",
-            state="inducing_points", test_budget=8),
+            state="inducing_points", test_budget=8, linear_in_value=False),
         AttentionSpec(
             "luna", luna_attention, "Ma et al. 2021 (Luna), §3 pack and unpack", "O(nld)",
             False, "softmax", recorded=("packed_length",), budget="packed_length",
-            state="packed_sequence", test_budget=8, carry=("packed_query", "return_packed")),
+            state="packed_sequence", test_budget=8, carry=("packed_query", "return_packed"),
+            linear_in_value=False),
         AttentionSpec(
             "gated_linear", gated_linear_attention,
             "Peng et al. 2021 (RFA), §3.2 RFA-Gate; Katharopoulos et al. 2020 feature map",
