@@ -320,7 +320,7 @@ class MultiHeadAttention(nnx.Module):
         Raises:
             ValueError: ``deterministic`` given nowhere; feature size or mask shape mismatch;
               a Linformer ``kv_len`` above ``max_length``; the conv skip with
-              ``q_len != kv_len``.
+              ``q_len != kv_len``; ``carry`` for a method without one, or of the wrong shape.
         """
         if deterministic is None:
             deterministic = self.deterministic
