@@ -21,7 +21,7 @@ def test_unknown_attention_name_lists_known_names():
         sa.get_attention("flash")
     assert sa.available_attentions() == (
         "softmax", "nystrom", "spectral_shift", "skyformer", "kernelized", "linear",
-        "performer", "linformer",
+        "performer", "linformer", "inducing_points", "luna", "gated_linear",
     )
 
 

@@ -27,6 +27,9 @@ def _bound_fn(name: str):
         kwargs["projection"] = attention.orthogonal_random_features(jax.random.key(5), 16, D)
     if name == "linformer":
         kwargs["key_projection"] = jax.random.normal(jax.random.key(6), (4, L)) / np.sqrt(L)
+    if name in ("inducing_points", "luna", "gated_linear"):  # the registry's pure builder
+        kwargs.update(attention.get_attention_spec(name).make_state(
+            jax.random.key(7), budget=4, length=L, head_dim=D))
     return functools.partial(fn, **kwargs)
 
 
@@ -44,11 +47,12 @@ def _nnx_apply(layer, x, mask):
     return layer(x, mask=mask, deterministic=True)
 
 
-@nnx.jit(static_argnums=0)
-def _nnx_apply_and_expected(fn, layer, x, mask):
+@nnx.jit(static_argnums=(0, 4))
+def _nnx_apply_and_expected(fn, layer, x, mask, is_causal=False):
     """The layer's output, and Flax's projections around ``fn`` written out by hand."""
     q, k, v = layer.query(x), layer.key(x), layer.value(x)
-    return layer(x, mask=mask, deterministic=True), layer.out(fn(q, k, v, mask=mask))
+    return (layer(x, mask=mask, deterministic=True, is_causal=is_causal),
+            layer.out(fn(q, k, v, mask=mask, is_causal=is_causal)))
 
 
 @pytest.mark.parametrize("name", attention.available_attentions())
@@ -60,7 +64,9 @@ def test_pure_function_in_nnx_multihead_attention(name):
     )
     x, valid = _inputs()
     mask = nnx.make_attention_mask(valid, valid, dtype=jnp.bool_)
-    out, expected = _nnx_apply_and_expected(fn, layer, x, mask)
+    # A causal-only method (gated_linear) is called causally, as Flax's is_causal passes it.
+    causal = attention.get_attention_spec(name).causal_only
+    out, expected = _nnx_apply_and_expected(fn, layer, x, mask, causal)
     chex.assert_shape(out, (B, L, E))
     chex.assert_trees_all_close(out, expected, rtol=1e-4, atol=1e-5)
     # Padded content does not reach valid positions.

@@ -29,9 +29,12 @@ SMALL_KWARGS: dict[str, tuple[tuple[str, object], ...]] = {
     "skyformer": (("num_landmarks", 4),),
     "performer": (("num_features", 16),),
     "linformer": (("proj_len", 4), ("sharing", "layerwise")),
+    "inducing_points": (("num_inducing_points", 4),),
+    "luna": (("packed_length", 4),),
 }
 # Methods whose output is exactly independent of how much trailing padding there is.
-TRAILING_INVARIANT = ("softmax", "kernelized", "linear", "performer")
+TRAILING_INVARIANT = ("softmax", "kernelized", "linear", "performer", "inducing_points", "luna",
+                      "gated_linear")
 
 
 def _config(attention_name: str = "softmax", **overrides: object) -> TransformerConfig:
@@ -39,6 +42,7 @@ def _config(attention_name: str = "softmax", **overrides: object) -> Transformer
         vocab_size=VOCAB, num_classes=3, max_length=LENGTH, num_layers=1, embed_dim=16,
         num_heads=2, qkv_dim=16, mlp_dim=16, dropout_rate=0.0, attention=attention_name,
         attention_kwargs=SMALL_KWARGS.get(attention_name, ()),
+        is_causal=attention.get_attention_spec(attention_name).causal_only,
     )
     fields.update(overrides)
     return TransformerConfig(**fields)

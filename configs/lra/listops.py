@@ -73,7 +73,8 @@ QUICK = {
     "attention_kwargs": {
         "nystrom": {"num_landmarks": 16}, "spectral_shift": {"num_landmarks": 16},
         "skyformer": {"num_landmarks": 16}, "performer": {"num_features": 64},
-        "linformer": {"proj_len": 32},
+        "linformer": {"proj_len": 32}, "inducing_points": {"num_inducing_points": 16},
+        "luna": {"packed_length": 16},
     },
 }
 

@@ -6,9 +6,12 @@ head_dim)`` and plugs into Flax's ``attention_fn``. Pick one by name with
 :func:`get_attention`.
 """
 
+from spectral_jax.attention._gated_linear import gated_linear_attention
+from spectral_jax.attention._inducing_points import inducing_points_attention
 from spectral_jax.attention._landmarks import segment_means
 from spectral_jax.attention._linear import linear_attention
 from spectral_jax.attention._linformer import linformer_attention
+from spectral_jax.attention._luna import luna_attention, luna_pack
 from spectral_jax.attention._nystrom import nystrom_attention
 from spectral_jax.attention._performer import orthogonal_random_features, performer_attention
 from spectral_jax.attention._pinv import iterative_pinv
@@ -36,11 +39,15 @@ __all__ = [
     "available_attentions",
     "budget_parameters",
     "get_attention",
+    "gated_linear_attention",
     "get_attention_spec",
+    "inducing_points_attention",
     "iterative_pinv",
     "kernelized_attention",
     "linear_attention",
     "linformer_attention",
+    "luna_attention",
+    "luna_pack",
     "nystrom_attention",
     "orthogonal_random_features",
     "performer_attention",

@@ -86,12 +86,20 @@ def _gated_head(
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
-def _check_gates(method: str, gates: Any, key: Array) -> None:
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    return len(shape) <= len(target) and all(
+        s in (1, t) for s, t in zip(shape[::-1], target[::-1]))
+
+
+def _check_gates(method: str, gates: Any, key: Array) -> Array:
     expected = key.shape[:-1]
-    if not hasattr(gates, "shape") or tuple(gates.shape) != expected:
+    # At least (length, heads): a gate per position, shared over the batch or the heads
+    # when that axis is 1 (the registry's pure builder draws (length, 1)).
+    if (not hasattr(gates, "shape") or gates.ndim < 2 or gates.shape[-2] != expected[-2]
+            or not _broadcasts(tuple(gates.shape), expected)):
         raise ValueError(
-            f"{method}(): `gates` must have shape (batch..., length, heads) = {expected}; got "
-            f"{getattr(gates, 'shape', type(gates))}."
+            f"{method}(): `gates` must have shape (batch..., length, heads) = {expected} "
+            f"(batch and heads may be 1); got {getattr(gates, 'shape', type(gates))}."
         )
     if not jnp.issubdtype(gates.dtype, jnp.floating):
         raise TypeError(f"{method}(): `gates` must be a floating array; got dtype {gates.dtype}.")
@@ -103,6 +111,7 @@ def _check_gates(method: str, gates: Any, key: Array) -> None:
                 f"{method}(): `gates` must lie in [0, 1] (e.g. sigmoid outputs); got values "
                 f"such as {bad[:3].tolist()}."
             )
+    return jnp.broadcast_to(gates, expected)
 
 
 def gated_linear_attention(
@@ -146,7 +155,8 @@ def gated_linear_attention(
       bias: must be None.
       mask: optional bool padding mask broadcastable to ``(batch, heads, n, n)``.
       gates: float ``(batch..., n, heads)`` in [0, 1], g_t per token and head (a module
-        learns them as σ(x_t·w + b)); checked when concrete.
+        learns them as σ(x_t·w + b)); batch and heads axes may be 1 (shared); values
+        checked when concrete.
       scale: must be None (the feature map replaces the softmax scale).
       is_causal: must be True.
       feature_map: ``"elu"`` (elu(x) + 1) or ``"relu"``.
@@ -197,7 +207,7 @@ def gated_linear_attention(
             f"{method}(): the recurrence needs q_len == kv_len; got {query.shape[-3]} and "
             f"{key.shape[-3]}."
         )
-    _check_gates(method, gates, key)
+    gates = _check_gates(method, gates, key)
     _common.check_choice(method, "feature_map", feature_map, tuple(FEATURE_MAPS))
     _common.check_positive_int(method, "chunk_size", chunk_size)
     if scale is not None:

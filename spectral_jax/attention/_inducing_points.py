@@ -26,7 +26,9 @@ def _attend_head(
 def check_summary_queries(method: str, name: str, summary: Any, query: Array) -> Array:
     """Validates the (l, heads, head_dim) or (batch..., l, heads, head_dim) short sequence.
 
-    Returns it broadcast to ``(batch..., l, heads, head_dim)`` of ``query``'s batch shape.
+    A heads axis of 1 is shared by every head (what the registry's pure state builders
+    draw, since they do not know the head count). Returns it broadcast to
+    ``(batch..., l, heads, head_dim)`` of ``query``'s batch shape.
     """
     batch_shape, heads, head_dim = query.shape[:-3], query.shape[-2], query.shape[-1]
     if not hasattr(summary, "ndim") or summary.ndim not in (3, query.ndim):
@@ -38,14 +40,16 @@ def check_summary_queries(method: str, name: str, summary: Any, query: Array) ->
     if not jnp.issubdtype(summary.dtype, jnp.floating):
         raise TypeError(
             f"{method}(): `{name}` must be a floating array; got dtype {summary.dtype}.")
-    if summary.shape[-2:] != (heads, head_dim) or summary.shape[-3] < 1 or (
-            summary.ndim == query.ndim and summary.shape[:-3] != batch_shape):
+    if (summary.shape[-2] not in (1, heads) or summary.shape[-1] != head_dim
+            or summary.shape[-3] < 1
+            or (summary.ndim == query.ndim and summary.shape[:-3] != batch_shape)):
         raise ValueError(
-            f"{method}(): `{name}` must have shape (length >= 1, {heads}, {head_dim}) or "
-            f"({', '.join(map(str, batch_shape))}, length >= 1, {heads}, {head_dim}) to match "
+            f"{method}(): `{name}` must have shape (length >= 1, {heads} or 1, {head_dim}) or "
+            f"({', '.join(map(str, batch_shape))}, length >= 1, {heads} or 1, {head_dim}) to "
+            f"match "
             f"query {query.shape}; got shape {summary.shape}."
         )
-    return jnp.broadcast_to(summary, batch_shape + summary.shape[-3:])
+    return jnp.broadcast_to(summary, batch_shape + (summary.shape[-3], heads, head_dim))
 
 
 def check_value_dim(method: str, query: Array, value: Array) -> None:
@@ -124,7 +128,8 @@ def inducing_points_attention(
       bias: must be None.
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       inducing_points: float ``(m, heads, head_dim)`` (shared by the batch, as the learned I)
-        or ``(batch..., m, heads, head_dim)``; the paper uses m = 16 or 32.
+        or ``(batch..., m, heads, head_dim)``; a heads axis of 1 is shared by every head.
+        The paper uses m = 16 or 32.
       scale: logit scale of both steps, default ``1/sqrt(head_dim)``.
       is_causal: must be False.
       query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many

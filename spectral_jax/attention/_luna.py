@@ -125,8 +125,8 @@ def luna_attention(
       bias: must be None.
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       packed_query: P, float ``(l, heads, head_dim)`` (the first layer's learned P, shared
-        by the batch) or ``(batch..., l, heads, head_dim)`` (a previous layer's P'). The
-        paper uses l = 16, 128 or 256 (LRA: 256).
+        by the batch) or ``(batch..., l, heads, head_dim)`` (a previous layer's P'); a heads
+        axis of 1 is shared by every head. The paper uses l = 16, 128 or 256 (LRA: 256).
       scale: logit scale of both steps, default ``1/sqrt(head_dim)``.
       is_causal: must be False.
       return_packed: also return P'.

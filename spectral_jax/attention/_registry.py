@@ -7,8 +7,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Literal
 
+from spectral_jax.attention._gated_linear import gated_linear_attention
+from spectral_jax.attention._inducing_points import inducing_points_attention
 from spectral_jax.attention._linear import linear_attention
 from spectral_jax.attention._linformer import linformer_attention
+from spectral_jax.attention._luna import luna_attention
 from spectral_jax.attention._nystrom import nystrom_attention
 from spectral_jax.attention._performer import performer_attention
 from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
@@ -30,6 +33,8 @@ class AttentionSpec:
       source: paper and equation, for the README table.
       cost: time per head, e.g. ``"O(nmd + m³)"`` (n length, d head_dim, m the budget).
       supports_causal: whether ``is_causal=True`` is implemented.
+      causal_only: whether ``is_causal=False`` is refused (a recurrence such as RFA-Gate;
+        ``fn``'s default is then ``is_causal=True``).
       target: the exact registered method it approximates (itself when exact).
       exact: whether the method is itself exact.
       recorded: the parameters every training config records (they define a result); their
@@ -42,6 +47,13 @@ class AttentionSpec:
       weight_dropout: whether the method forms attention weights that dropout can drop.
       test_budget: a small budget at which the method still approximates on the tests'
         48-token inputs.
+      carry: ``(argument, flag)`` when the method also returns the next layer's value of a
+        state argument, called with ``flag=True`` (Luna: ``("packed_query",
+        "return_packed")``, returning ``(out, P')``), else None. ``TransformerEncoder``
+        carries it from block to block.
+      linear_in_value: whether the output is a fixed n×n matrix times V (``bench error``'s
+        matrix errors need it); False where a summary of V is read as keys (inducing
+        points, Luna).
     """
 
     name: str
@@ -53,10 +65,14 @@ class AttentionSpec:
     exact: bool = False
     recorded: tuple[str, ...] = ()
     budget: str | None = None
-    state: Literal["random_features", "length_projection", "landmark_rng"] | None = None
+    state: Literal["random_features", "length_projection", "landmark_rng", "inducing_points",
+                   "packed_sequence", "gates"] | None = None
     conv_skip: bool = False
     weight_dropout: bool = False
     test_budget: int | None = None
+    causal_only: bool = False
+    carry: tuple[str, str] | None = None
+    linear_in_value: bool = True
 
     @property
     def state_kind(self) -> StateKind | None:
@@ -177,8 +193,25 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             "linformer", linformer_attention, "Wang et al. 2020, eq. 7", "O(nkd)", False,
             "softmax", recorded=("proj_len",), budget="proj_len", state="length_projection",
             test_budget=16),
+        AttentionSpec(
+            "inducing_points", inducing_points_attention,
+            "Lee et al. 2019 (Set Transformer), §3.2 ISAB", "O(nmd)", False, "softmax",
+            recorded=("num_inducing_points",), budget="num_inducing_points",
+            state="inducing_points", test_budget=8, linear_in_value=False),
+        AttentionSpec(
+            "luna", luna_attention, "Ma et al. 2021 (Luna), §3 pack and unpack", "O(nld)",
+            False, "softmax", recorded=("packed_length",), budget="packed_length",
+            state="packed_sequence", test_budget=8, carry=("packed_query", "return_packed"),
+            linear_in_value=False),
+        AttentionSpec(
+            "gated_linear", gated_linear_attention,
+            "Peng et al. 2021 (RFA), §3.2 RFA-Gate; Katharopoulos et al. 2020 feature map",
+            "O(nd²)", True, "softmax", recorded=("feature_map",), state="gates",
+            causal_only=True),
     )
 }
+
+
 def available_attentions() -> tuple[str, ...]:
     """The registered method names, e.g. ``("softmax", "nystrom", ...)``.
 

@@ -58,6 +58,25 @@ def _landmark_rng(rng: Array, *, size: int | None, length: int, head_dim: int) -
     return {"rng": rng}
 
 
+def _inducing_points(rng: Array, *, size: int, length: int, head_dim: int) -> dict[str, Array]:
+    """m points N(0, 1) shared by every head (a heads axis of 1)."""
+    del length
+    return {"inducing_points": jax.random.normal(rng, (size, 1, head_dim), jnp.float32)}
+
+
+def _packed_sequence(rng: Array, *, size: int, length: int, head_dim: int) -> dict[str, Array]:
+    """Luna's first P, l rows N(0, 1) shared by every head (a heads axis of 1)."""
+    del length
+    return {"packed_query": jax.random.normal(rng, (size, 1, head_dim), jnp.float32)}
+
+
+def _gates(rng: Array, *, size: int | None, length: int, head_dim: int) -> dict[str, Array]:
+    """Gates σ(2 + z), z ~ N(0, 1) (about 0.9: slow forgetting), per position, shared by
+    every example and head (shape ``(length, 1)``)."""
+    del size, head_dim
+    return {"gates": jax.nn.sigmoid(2.0 + jax.random.normal(rng, (length, 1), jnp.float32))}
+
+
 LINFORMER_SHARING = ("none", "key_value", "layerwise")
 
 STATE_KINDS: Mapping[str, StateKind] = MappingProxyType({
@@ -72,5 +91,15 @@ STATE_KINDS: Mapping[str, StateKind] = MappingProxyType({
                   "proj_len", _length_projection),
         # Skyformer's landmark sampling key; absent (fixed landmarks) in evaluation.
         StateKind("landmark_rng", ("rng",), MappingProxyType({}), None, _landmark_rng),
+        # Set Transformer's learned inducing points I (Lee et al. 2019, §3.2).
+        StateKind("inducing_points", ("inducing_points",),
+                  MappingProxyType({"num_inducing_points": 32}), "num_inducing_points",
+                  _inducing_points),
+        # Luna's extra sequence P: learned in the first layer, then each layer's P' (Ma et
+        # al. 2021, §3); the registry entry's ``carry`` says the method returns P'.
+        StateKind("packed_sequence", ("packed_query",),
+                  MappingProxyType({"packed_length": 256}), "packed_length", _packed_sequence),
+        # RFA-Gate's gates σ(x_t·w + b), computed from the block input (Peng et al. 2021).
+        StateKind("gates", ("gates",), MappingProxyType({}), None, _gates),
     )
 })

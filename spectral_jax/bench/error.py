@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -246,11 +247,13 @@ def run_error(
             else:
                 q, k, v = (jnp.asarray(a, jnp.float32) for a in (qkv.query, qkv.key, qkv.value))
                 mask = pairwise_mask(qkv.mask)
-            exact: dict[str, tuple[Array, Array | None]] = {}
+            exact: dict[tuple[str, bool], tuple[Array, Array | None]] = {}
             for name in methods:
-                target = get_attention_spec(name).target
+                spec_ = get_attention_spec(name)
+                # A causal-only method (a recurrence) is compared with causal exact attention.
+                target = (spec_.target, spec_.causal_only)
                 if target not in exact:
-                    ref = _TARGETS[target]
+                    ref = functools.partial(_TARGETS[target[0]], is_causal=target[1])
                     out = jax.jit(ref)(q, k, v, mask=mask)
                     mat = _jit_matrix(ref)(q, k, mask=mask) if with_matrix else None
                     exact[target] = (out, mat)
@@ -265,7 +268,8 @@ def run_error(
                         length=length, head_dim=head_dim, linformer_init=linformer_init,
                     )
                     fro = spec = float("nan")
-                    if with_matrix:
+                    # No n×n matrix when V is also read as keys (inducing points, Luna).
+                    if with_matrix and spec_.linear_in_value:
                         fro, spec = relative_matrix_errors(matrix_fn(q, k, state, mask=mask), s)
                     records.append({
                         "regime": regime, "seed": seed, "method": name, "budget": budget,

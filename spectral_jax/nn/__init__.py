@@ -2,7 +2,8 @@
 
 :class:`MultiHeadAttention` selects any registered attention by name and owns its state
 through one small module per kind of state (random features, length projections, a landmark
-rng stream) and the optional Nyström conv skip.
+rng stream, inducing points, Luna's packed sequence, RFA-Gate's gates) and the optional
+Nyström conv skip.
 :class:`TransformerEncoder`, :class:`SequenceClassifier` and :class:`DualEncoderClassifier`
 are the Long Range Arena models, configured by a frozen :class:`TransformerConfig`.
 """
@@ -12,6 +13,7 @@ from spectral_jax.nn._classifier import DualEncoderClassifier, SequenceClassifie
 from spectral_jax.nn._config import TransformerConfig
 from spectral_jax.nn._embedding import TokenEmbedding, sinusoidal_positions
 from spectral_jax.nn._encoder import EncoderBlock, TransformerEncoder
+from spectral_jax.nn._learned_state import GateState, InducingPointState, PackedSequenceState
 from spectral_jax.nn._state import (
     STATE_MODULES,
     ConvSkip,
@@ -27,9 +29,12 @@ __all__ = [
     "ConvSkip",
     "DualEncoderClassifier",
     "EncoderBlock",
+    "GateState",
+    "InducingPointState",
     "LandmarkRngState",
     "LengthProjectionState",
     "MultiHeadAttention",
+    "PackedSequenceState",
     "RandomFeatureState",
     "RandomFeatures",
     "SequenceClassifier",

@@ -13,12 +13,9 @@ from flax import nnx
 from spectral_jax import attention as _attention
 from spectral_jax.attention._common import FLAX_KWARGS, as_bool_mask
 from spectral_jax.nn._rngs import stream as _stream
-from spectral_jax.nn._state import (
-    STATE_MODULES,
-    ConvSkip,
-    RandomFeatureState,
-    check_positive_int,
-)
+from spectral_jax.nn._checks import check_positive_int
+from spectral_jax.nn._state import STATE_MODULES, ConvSkip, RandomFeatureState
+from spectral_jax.nn._symmetric import PairwiseScores, check_symmetric
 
 Array = jax.Array
 
@@ -46,12 +43,14 @@ def module_options(attention: str) -> dict[str, Any]:
 def _function_parameters(spec: _attention.AttentionSpec) -> frozenset[str]:
     """The parameters of the method's function a user may set (not inputs, state or masks)."""
     state = spec.state_kind.arguments if spec.state_kind is not None else ()
+    carry_flag = (spec.carry[1],) if spec.carry is not None else ()
     params = inspect.signature(spec.fn).parameters.values()
     return frozenset(
         p.name
         for p in params
         if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-        and p.name not in ("query", "key", "value", "bias", "mask", "is_causal", *state)
+        and p.name not in ("query", "key", "value", "bias", "mask", "is_causal", *state,
+                           *carry_flag)
     ) - FLAX_KWARGS - _PER_CALL
 
 
@@ -132,6 +131,11 @@ def _check_layer(spec: _attention.AttentionSpec, num_heads: int, in_features: in
             f"attention={spec.name!r} has no causal form (is_causal=True); methods with "
             f"one: {causal}."
         )
+    if spec.causal_only and not is_causal:
+        raise NotImplementedError(
+            f"attention={spec.name!r} is causal only (a recurrence over positions): pass "
+            "is_causal=True (TransformerConfig.is_causal / config model.is_causal)."
+        )
 
 
 class MultiHeadAttention(nnx.Module):
@@ -149,11 +153,16 @@ class MultiHeadAttention(nnx.Module):
       (default 256), ``sharing`` (``"none"``, ``"key_value"`` or ``"layerwise"``: one
       projection for every layer, built by the encoder and passed as ``shared_state``) and
       ``max_length`` (required) for length projections (Wang et al. 2020, §4).
+    - ``num_inducing_points`` (inducing points, default 32; :class:`InducingPointState`),
+      ``packed_length`` (Luna, default 256; :class:`PackedSequenceState`, whose P' the layer
+      returns with ``return_carry``); RFA-Gate's gates (:class:`GateState`) have no option.
     - ``conv_kernel_size`` (methods whose entry allows it): odd int or None (off); adds
       Nyströmformer's depthwise convolution skip on V (:class:`~spectral_jax.nn._state.ConvSkip`).
-    - ``symmetric`` (every method, default False): the key projection is the query
+    - ``symmetric`` (every method, default False): True: the key projection is the query
       projection, so scores are ``Q Qᵀ`` (Courtois et al. 2024, Findings of ACL,
-      "Symmetric Dot-Product Attention").
+      "Symmetric Dot-Product Attention"); ``"pairwise"``: scores ``Q Σ_h Qᵀ`` with a learned
+      d×d matrix per head; ``"pairwise_psd"``: the same with Σ_h = L_h L_hᵀ, so query =
+      key = Q L_h (:class:`~spectral_jax.nn._symmetric.PairwiseScores`).
 
     A landmark rng stream (``"landmarks"``, else ``"dropout"``) gives Skyformer a fresh key
     when ``deterministic=False``; with ``deterministic=True`` it uses fixed evenly spaced
@@ -185,7 +194,8 @@ class MultiHeadAttention(nnx.Module):
           not dividing ``qkv_features``; an unknown key in ``attention_kwargs`` or a module
           option the method does not take; a bad option value; ``dropout_rate`` > 0 for a
           method without attention weights; ``sharing="layerwise"`` without ``shared_state``.
-        NotImplementedError: ``is_causal=True`` for a method without a causal form.
+        NotImplementedError: ``is_causal=True`` for a method without a causal form;
+          ``is_causal=False`` for a causal-only method (``gated_linear``).
 
     Example:
         >>> import jax.numpy as jnp
@@ -230,13 +240,18 @@ class MultiHeadAttention(nnx.Module):
         self.is_causal = is_causal
         self.deterministic = deterministic
         self.dtype = dtype
-        self.symmetric = bool(options["symmetric"])
+        self.symmetric = check_symmetric(options["symmetric"])
 
         dense = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
                      kernel_init=kernel_init, rngs=rngs)
         heads = (num_heads, self.head_dim)
         self.query = nnx.LinearGeneral(in_features, heads, **dense)
         self.key = None if self.symmetric else nnx.LinearGeneral(in_features, heads, **dense)
+        self.pairwise = nnx.data(None)
+        if isinstance(self.symmetric, str):
+            self.pairwise = PairwiseScores(num_heads, self.head_dim,
+                                           psd=self.symmetric == "pairwise_psd",
+                                           param_dtype=param_dtype, rngs=rngs)
         self.value = nnx.LinearGeneral(in_features, heads, **dense)
         self.out = nnx.LinearGeneral(heads, out_features, axis=(-2, -1), **dense)
         self.dropout_rng = _stream(rngs, "dropout", "params").fork() if dropout_rate else None
@@ -250,7 +265,8 @@ class MultiHeadAttention(nnx.Module):
             self.state = shared_state
         elif spec.state is not None:
             self.state = STATE_MODULES[spec.state](
-                options, head_dim=self.head_dim, param_dtype=param_dtype, rngs=rngs)
+                options, in_features=in_features, num_heads=num_heads, head_dim=self.head_dim,
+                dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def redraw(self, rng: Array) -> None:
         """Draws new random features from ``rng`` (Choromanski et al. 2021, §3).
@@ -287,7 +303,9 @@ class MultiHeadAttention(nnx.Module):
         *,
         mask: Array | None = None,
         deterministic: bool | None = None,
-    ) -> Array:
+        carry: Array | None = None,
+        return_carry: bool = False,
+    ) -> Array | tuple[Array, Array | None]:
         """Attends from ``inputs_q`` to ``inputs_kv`` (self-attention when None).
 
         Args:
@@ -297,14 +315,19 @@ class MultiHeadAttention(nnx.Module):
               kv_len)`` (e.g. from ``nnx.make_attention_mask``), or None.
             deterministic: no dropout and fixed Skyformer landmarks; defaults to the
               constructor's value.
+            carry: the state a method with a registry ``carry`` (Luna) hands from layer to
+              layer: the previous layer's P ``(batch..., packed_length, in_features)``;
+              None: the module's own learned first P. Refused for other methods.
+            return_carry: also return the next layer's carry (None for methods without).
 
         Returns:
-            ``(batch..., q_len, out_features)`` in the computation dtype.
+            ``(batch..., q_len, out_features)`` in the computation dtype; with
+            ``return_carry``, ``(output, next_carry)``.
 
         Raises:
             ValueError: ``deterministic`` given nowhere; feature size or mask shape mismatch;
               a Linformer ``kv_len`` above ``max_length``; the conv skip with
-              ``q_len != kv_len``.
+              ``q_len != kv_len``; ``carry`` for a method without one, or of the wrong shape.
         """
         if deterministic is None:
             deterministic = self.deterministic
@@ -317,25 +340,40 @@ class MultiHeadAttention(nnx.Module):
         query = self.query(inputs_q)
         key = self.query(inputs_kv) if self.key is None else self.key(inputs_kv)
         value = self.value(inputs_kv)
+        if self.pairwise is not None:
+            query, key = self.pairwise(query, key)
         if mask is not None:  # Flax's make_attention_mask defaults to float 1/0
             mask = as_bool_mask("MultiHeadAttention", mask)
 
+        spec = _attention.get_attention_spec(self.attention)
+        if carry is not None and spec.carry is None:
+            raise ValueError(
+                f"carry is the state a layer hands to the next (Luna's P); "
+                f"attention={self.attention!r} has none, got an array of shape {carry.shape}."
+            )
         kwargs = dict(self.attention_kwargs)
         if self.is_causal:
             kwargs["is_causal"] = True
         if self.state is not None:
-            kwargs.update(self.state(kv_len=key.shape[-3], deterministic=deterministic))
+            kwargs.update(self.state(kv_len=key.shape[-3], deterministic=deterministic,
+                                     inputs=inputs_kv, carry=carry))
 
         if self.dropout_rate and not deterministic:
             # Only softmax (weight_dropout) gets here: the same call as in evaluation,
             # plus its Flax dropout keywords, so scale, causality and padding agree.
             kwargs.update(dropout_rng=self.dropout_rng(), dropout_rate=self.dropout_rate,
                           broadcast_dropout=False, deterministic=False)
-        x = _attention.get_attention(self.attention)(query, key, value, mask=mask, **kwargs)
+        next_carry = None
+        if spec.carry is not None:
+            kwargs[spec.carry[1]] = True
+            x, packed = spec.fn(query, key, value, mask=mask, **kwargs)
+            next_carry = self.state.next_carry(packed, carry)
+        else:
+            x = spec.fn(query, key, value, mask=mask, **kwargs)
 
         if self.conv_skip is not None:
             x = x + self.conv_skip(value, mask, query.shape[-3])
-        return self.out(x)
+        return (self.out(x), next_carry) if return_carry else self.out(x)
 
 
 def redraw_features(model: nnx.Module, rng: Array) -> int:

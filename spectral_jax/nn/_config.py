@@ -52,6 +52,9 @@ class TransformerConfig:
           :data:`INTERACTIONS`.
         use_bias: biases on the query/key/value/output projections (LRA's JAX code: False;
           the Nyströmformer/Skyformer PyTorch code: True).
+        is_causal: causal self-attention in every block (required by causal-only methods
+          such as ``gated_linear``; use ``pooling="mean"``: a CLS token at position 0
+          would see only itself).
         dtype: computation dtype (e.g. bfloat16); logits' log-softmax stays float32.
         param_dtype: parameter dtype.
 
@@ -87,6 +90,7 @@ class TransformerConfig:
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
     interaction: Literal["concat", "nli"] = "concat"
     use_bias: bool = True
+    is_causal: bool = False
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 

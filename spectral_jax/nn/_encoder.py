@@ -62,6 +62,7 @@ class EncoderBlock(nnx.Module):
             out_features=c.embed_dim,
             dropout_rate=c.attention_dropout_rate,
             use_bias=c.use_bias,
+            is_causal=c.is_causal,
             shared_state=shared_state,
             **common,
         )
@@ -70,22 +71,29 @@ class EncoderBlock(nnx.Module):
         self.mlp_out = nnx.Linear(c.mlp_dim, c.embed_dim, **common)
         self.dropout = nnx.Dropout(c.dropout_rate, rngs=stream(rngs, "dropout", "params"))
 
-    def __call__(self, x: Array, mask: Array | None, *, deterministic: bool) -> Array:
+    def __call__(self, x: Array, mask: Array | None, *, deterministic: bool,
+                 carry: Array | None = None,
+                 return_carry: bool = False) -> Array | tuple[Array, Array | None]:
         """Applies the block.
 
         Args:
             x: ``(batch, length, embed_dim)``.
             mask: bool ``(batch, 1, length, length)`` padding mask, or None.
             deterministic: no dropout, fixed Skyformer landmarks.
+            carry: the previous block's carried attention state (Luna's P), or None.
+            return_carry: also return the carry for the next block (see
+              :class:`MultiHeadAttention`).
 
         Returns:
-            ``(batch, length, embed_dim)``.
+            ``(batch, length, embed_dim)``; with ``return_carry``, ``(x, next_carry)``.
         """
-        y = self.attention(self.attention_norm(x), mask=mask, deterministic=deterministic)
+        y, carry = self.attention(self.attention_norm(x), mask=mask,
+                                  deterministic=deterministic, carry=carry, return_carry=True)
         x = x + self.dropout(y, deterministic=deterministic)
         y = nnx.gelu(self.mlp_in(self.mlp_norm(x)), approximate=False)
         y = self.mlp_out(self.dropout(y, deterministic=deterministic))
-        return x + self.dropout(y, deterministic=deterministic)
+        x = x + self.dropout(y, deterministic=deterministic)
+        return (x, carry) if return_carry else x
 
 
 class TransformerEncoder(nnx.Module):
@@ -96,7 +104,9 @@ class TransformerEncoder(nnx.Module):
     2021, LRA, ``lra_benchmarks/models/transformer/transformer.py``). A state every layer
     shares (Linformer's ``sharing="layerwise"``) is built once here and passed to each
     block; a state with a ``max_length`` option gets the encoder's length when it is absent
-    from ``attention_kwargs``.
+    from ``attention_kwargs``. A method whose registry entry has a ``carry`` (Luna) hands it
+    from block to block: the first block uses its own learned P, each block returns the next
+    P (``EncoderBlock(..., return_carry=True)``).
 
     Args:
         config: the model configuration.
@@ -179,6 +189,8 @@ class TransformerEncoder(nnx.Module):
         if self.cls_token:
             mask = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask], axis=1)
         pairwise = mask[:, None, :, None] & mask[:, None, None, :]
+        carry = None
         for layer in self.layers:
-            x = layer(x, pairwise, deterministic=deterministic)
+            x, carry = layer(x, pairwise, deterministic=deterministic, carry=carry,
+                             return_carry=True)
         return self.norm(x)

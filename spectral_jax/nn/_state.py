@@ -1,7 +1,10 @@
 """The state attention methods need, one small NNX module per kind of state.
 
 Each module is built from its kind's module options (``spectral_jax.attention.STATE_KINDS``)
-and, called with the key length and ``deterministic``, returns the keyword arguments it
+and the layer's sizes (``in_features``, ``num_heads``, ``head_dim``, dtypes, rngs; each takes
+what it needs) and, called with the key length and ``deterministic`` (and the keywords
+``inputs``, the block input keys are projected from, and ``carry``, the previous layer's
+carried state, which kinds that need neither ignore), returns the keyword arguments it
 contributes to the attention function. :class:`MultiHeadAttention` picks the module its
 method's registry entry names through :data:`STATE_MODULES`, keyed by kind.
 """
@@ -18,14 +21,11 @@ from flax import nnx
 from spectral_jax import attention as _attention
 from spectral_jax.attention import STATE_KINDS
 from spectral_jax.attention._state import LINFORMER_SHARING
+from spectral_jax.nn._checks import check_positive_int
+from spectral_jax.nn._learned_state import GateState, InducingPointState, PackedSequenceState
 from spectral_jax.nn._rngs import stream as _stream
 
 Array = jax.Array
-
-
-def check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}.")
 
 
 class RandomFeatures(nnx.Variable):
@@ -66,7 +66,7 @@ class RandomFeatureState(nnx.Module):
         """Replaces the projection with a fresh draw from the PRNG key ``rng``."""
         self.projection[...] = self._draw(rng)
 
-    def __call__(self, *, kv_len: int, deterministic: bool) -> dict[str, Array]:
+    def __call__(self, *, kv_len: int, deterministic: bool, **_: Any) -> dict[str, Array]:
         del kv_len, deterministic
         return {"projection": self.projection[...]}
 
@@ -142,7 +142,8 @@ class LengthProjectionState(nnx.Module):
             return None
         return cls(options, param_dtype=param_dtype, rngs=rngs, _shared=True)
 
-    def __call__(self, *, kv_len: int, deterministic: bool) -> dict[str, Array | None]:
+    def __call__(self, *, kv_len: int, deterministic: bool,
+                 **_: Any) -> dict[str, Array | None]:
         del deterministic
         if kv_len > self.max_length:
             raise ValueError(
@@ -164,7 +165,7 @@ class LandmarkRngState(nnx.Module):
         del options
         self.rng = _stream(rngs, "landmarks", "dropout", "params").fork()
 
-    def __call__(self, *, kv_len: int, deterministic: bool) -> dict[str, Array]:
+    def __call__(self, *, kv_len: int, deterministic: bool, **_: Any) -> dict[str, Array]:
         del kv_len
         return {} if deterministic else {"rng": self.rng()}
 
@@ -174,6 +175,9 @@ STATE_MODULES: dict[str, type[nnx.Module]] = {
     "random_features": RandomFeatureState,
     "length_projection": LengthProjectionState,
     "landmark_rng": LandmarkRngState,
+    "inducing_points": InducingPointState,
+    "packed_sequence": PackedSequenceState,
+    "gates": GateState,
 }
 
 

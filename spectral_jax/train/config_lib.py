@@ -271,6 +271,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             "which brings that method's own attention_kwargs"
         )
     check_fields(model.to_dict(), owner=_OWNER, prefix="model.")
+    _check_causal(model, attention_lib.get_attention_spec(model.attention))
     opt = train.optimizer
     for name in ("b1", "b2"):
         _checks.number(_OWNER, f"train.optimizer.{name}", opt[name], low=0.0, high=1.0,
@@ -281,6 +282,22 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                          allow_none=True)
 
 
+def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:
+    causal = model.get("is_causal", False)
+    if not isinstance(causal, bool):
+        raise ValueError(f"model.is_causal={causal!r} must be a bool")
+    if spec.causal_only and not causal:
+        raise ValueError(
+            f"attention={spec.name!r} is causal only: set model.is_causal=True (the "
+            f"configs/lra presets do it) with model.pooling='mean'")
+    if causal and not spec.supports_causal:
+        raise ValueError(f"model.is_causal=True but attention={spec.name!r} has no causal form")
+    if causal and model.pooling == "cls":
+        raise ValueError(
+            "model.is_causal=True with model.pooling='cls': the CLS token at position 0 would "
+            "see only itself; use model.pooling='mean'")
+
+
 def from_presets(
     task: str, arg: str | None, presets: dict[str, dict[str, Any]]
 ) -> ml_collections.ConfigDict:
@@ -289,7 +306,8 @@ def from_presets(
     ``arg`` takes ``attention=<method>`` (default ``spectral_shift``), ``protocol=lra|small|quick``
     (default ``lra``), the bare word ``quick`` (= ``protocol=quick``) and ``seed=<int>``, e.g.
     ``"attention=nystrom,protocol=small"``. Attention-weight dropout exists only for exact
-    softmax attention, so other methods get ``attention_dropout_rate=0``.
+    softmax attention, so other methods get ``attention_dropout_rate=0``; causal-only methods
+    (``gated_linear``) get ``model.is_causal=True`` and ``model.pooling="mean"``.
 
     Args:
         task: one of :data:`TASKS`.
@@ -323,6 +341,10 @@ def from_presets(
     spec = ATTENTIONS.get(a.attention)
     if spec is None or not spec.weight_dropout:
         model["attention_dropout_rate"] = 0.0
+    if spec is not None and spec.causal_only:
+        # A recurrence (gated_linear) runs causally; a causal CLS token at position 0 would
+        # see only itself, so these methods pool by the mean over valid tokens.
+        model.update(is_causal=True, pooling="mean")
     return build_config(
         task=task, protocol=protocol, attention=a.attention, seed=a.seed, data=preset["data"],
         model=model, train=preset["train"], attention_overrides=attention_overrides,
