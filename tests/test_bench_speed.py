@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from spectral_jax.attention import available_attentions
-from spectral_jax.bench import speed
+from spectral_jax.bench import memory, speed
 
 SMALL = dict(heads=2, head_dim=16, num_landmarks=8, num_features=16, proj_len=16)
 
@@ -18,7 +18,7 @@ SMALL = dict(heads=2, head_dim=16, num_landmarks=8, num_features=16, proj_len=16
 def test_peak_bytes_counts_arguments_outputs_and_temporaries():
     compiled = jax.jit(lambda x: jnp.exp(x @ x) @ x).lower(jnp.ones((256, 256))).compile()
     # 256 KiB argument + 256 KiB output + at least one 256 KiB temporary (exp(x @ x)).
-    assert speed.peak_bytes(compiled) >= 3 * 256 * 256 * 4
+    assert memory.peak_bytes(compiled) >= 3 * 256 * 256 * 4
 
 
 def test_every_benchmarked_function_compiles_forward_and_backward():
@@ -99,9 +99,9 @@ def test_bad_arguments_raise():
 def test_default_memory_budget_is_half_the_available_host_ram_on_cpu(monkeypatch):
     # XLA's CPU estimate undercounts (n = 16384 exact fwd+bwd: 12.1 GiB predicted, killed at
     # 24 GiB resident), so only half of what is available is offered.
-    monkeypatch.setattr(speed, "_available_host_bytes", lambda: 10 * 2**30)
-    assert speed.default_memory_budget_bytes() == 5 * 2**30
-    assert 0 < speed._available_host_bytes() <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    monkeypatch.setattr(memory, "_available_host_bytes", lambda: 10 * 2**30)
+    assert memory.default_memory_budget_bytes() == 5 * 2**30
+    assert 0 < memory._available_host_bytes() <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def test_head_chunk_size_reaches_the_methods_and_cuts_temporaries():

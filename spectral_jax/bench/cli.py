@@ -69,7 +69,7 @@ def _budget(text: str) -> tuple[str, int]:
 
 
 def _speed(args: argparse.Namespace) -> int:
-    from spectral_jax.bench import report, speed
+    from spectral_jax.bench import memory, report, speed
 
     if args.methods is None:
         args.methods = _all_methods()
@@ -79,7 +79,7 @@ def _speed(args: argparse.Namespace) -> int:
                          f"{args.memory_budget_gb!r}.")
     budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
     if budget is None:
-        budget = speed.default_memory_budget_bytes()
+        budget = memory.default_memory_budget_bytes()
     console.print(f"memory budget {budget / 2**30:.2f} GiB; compiling every configuration "
                   "first to read its peak memory")
     budgets = dict(args.budget)
