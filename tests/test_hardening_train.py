@@ -1,0 +1,25 @@
+"""Issue 15: the command line as a new user meets it (configs, overrides, output)."""
+
+from __future__ import annotations
+
+from spectral_jax.train.progress import Reporter
+
+RESULTS = {
+    "task": "listops", "attention": "spectral_shift", "protocol": "quick",
+    "test_accuracy": 0.4321, "best_step": 3000, "final_test_accuracy": 0.4200,
+    "majority_baseline": 0.1700, "steps": 3500, "wall_time_s": 1234.0,
+}
+
+
+def test_summary_line_is_not_wrapped_when_not_a_terminal(capsys):
+    reporter = Reporter(10)
+    reporter.validation(3000, {"loss": 1.234567, "accuracy": 0.4321}, 0.4321)
+    reporter.summary(RESULTS)
+    reporter.close()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert lines[-1] == (
+        "listops / spectral_shift (quick): test accuracy 0.4321 (best validation, step 3000), "
+        "final 0.4200; majority-class baseline of the test split 0.1700. 3500 steps in 1234 s."
+    )
+    assert lines[0] == "step 3000: validation loss 1.235 accuracy 0.4321 (best 0.4321)"
+    assert len(lines) == 2
