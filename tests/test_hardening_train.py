@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pathlib
+
 from spectral_jax.train.progress import Reporter
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 RESULTS = {
     "task": "listops", "attention": "spectral_shift", "protocol": "quick",
@@ -23,3 +27,19 @@ def test_summary_line_is_not_wrapped_when_not_a_terminal(capsys):
     )
     assert lines[0] == "step 3000: validation loss 1.235 accuracy 0.4321 (best 0.4321)"
     assert len(lines) == 2
+
+
+def test_bench_without_out_writes_into_the_ignored_folder(tmp_path, monkeypatch, capsys):
+    from spectral_jax import cli
+
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["bench", "speed", "--methods", "nystrom", "--lengths", "32", "--heads", "1",
+                   "--head-dim", "4", "--budget", "num_landmarks=4", "--repeats", "1",
+                   "--modes", "fwd"])
+    assert rc == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench_out"]
+    assert sorted(p.name for p in (tmp_path / "bench_out").iterdir()) == ["speed.json",
+                                                                          "speed.png"]
+    assert "wrote bench_out/speed.json and bench_out/speed.png" in capsys.readouterr().out
+    assert cli.build_parser().parse_args(["bench", "error"]).out == "bench_out/error"
+    assert "/bench_out/" in (ROOT / ".gitignore").read_text().split()
