@@ -43,3 +43,19 @@ def test_bench_without_out_writes_into_the_ignored_folder(tmp_path, monkeypatch,
     assert "wrote bench_out/speed.json and bench_out/speed.png" in capsys.readouterr().out
     assert cli.build_parser().parse_args(["bench", "error"]).out == "bench_out/error"
     assert "/bench_out/" in (ROOT / ".gitignore").read_text().split()
+
+
+def test_config_command_prints_the_config_a_run_records(capsys):
+    import json
+
+    from spectral_jax import cli
+
+    assert cli.main(["config", f"{ROOT}/configs/lra/listops.py:quick",
+                     "--config.train.steps=10", "--config.data.dir", "elsewhere"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["train"]["steps"] == 10 and printed["task"] == "listops"
+    assert printed["data"]["dir"] == str(pathlib.Path("elsewhere").resolve())
+    assert printed["model"]["attention_kwargs"] == {"num_landmarks": 16, "pinv_iterations": 6}
+    assert cli.main(["config", f"{ROOT}/configs/lra/listops.py:quick",
+                     "--config.train.steps=0"]) == 2
+    assert "train.steps" in capsys.readouterr().err

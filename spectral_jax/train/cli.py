@@ -1,10 +1,11 @@
-"""``spectral-jax train | eval | table``: the training subcommands.
+"""``spectral-jax train | config | eval | table``: the training subcommands.
 
     spectral-jax train --config configs/lra/listops.py:quick --workdir runs/listops_quick
     spectral-jax train --config configs/lra/text.py:attention=nystrom,protocol=small \\
         --config.train.steps=200 --config.data.dir=/data/lra_release --workdir runs/text_nys
     spectral-jax eval --workdir runs/listops_quick [--checkpoint best|latest|STEP] [--split test]
     spectral-jax table runs/*
+    spectral-jax config configs/lra/listops.py:quick --config.train.steps=10
 
 ``--config FILE.py[:ARG]`` calls ``get_config(ARG)`` of the file; every ``--config.a.b=VALUE``
 then overrides one field (VALUE is a Python literal, else a string), as with
@@ -84,7 +85,7 @@ def _parse_value(raw: str) -> Any:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Registers ``train``, ``eval`` and ``table`` on the ``spectral-jax`` dispatcher."""
+    """Registers ``train``, ``config``, ``eval`` and ``table`` on the ``spectral-jax`` dispatcher."""
     train = subparsers.add_parser(
         "train", help="train and evaluate an LRA config",
         description="Train, evaluate on validation, checkpoint, and report test accuracy. "
@@ -101,6 +102,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        "SPECTRAL_JAX_DISTRIBUTED=1)")
     train.set_defaults(func=_train, config_overrides=[])
     _accept_config_overrides(train)
+
+    show = subparsers.add_parser(
+        "config", help="print a config as a run would record it",
+        description="Loads FILE.py[:ARG], applies --config.FIELD=VALUE overrides, checks it, "
+        "and prints the JSON that `train` would write to WORKDIR/config.json.",
+    )
+    show.add_argument("config", metavar="FILE.py[:ARG]",
+                      help="e.g. configs/lra/listops.py:quick")
+    show.set_defaults(func=_show_config, config_overrides=[])
+    _accept_config_overrides(show)
 
     evaluate = subparsers.add_parser("eval", help="evaluate a run's checkpoint")
     evaluate.add_argument("--workdir", required=True)
@@ -152,6 +163,14 @@ def _train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.config_overrides)
     train_and_evaluate(config, args.workdir, overwrite=args.overwrite)
+    return 0
+
+
+def _show_config(args: argparse.Namespace) -> int:
+    from spectral_jax.train.run import recorded_config
+
+    config = recorded_config(load_config(args.config, args.config_overrides))
+    print(config.to_json(sort_keys=True, indent=2))
     return 0
 
 
