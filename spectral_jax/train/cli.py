@@ -8,23 +8,24 @@
     spectral-jax config configs/lra/listops.py:quick --config.train.steps=10
 
 ``--config FILE.py[:ARG]`` calls ``get_config(ARG)`` of the file; every ``--config.a.b=VALUE``
-then overrides one field (VALUE is a Python literal, else a string), as with
-``ml_collections.config_flags`` but without absl. Errors in the config, the data directory or
-the workdir print one message and exit with status 2; a diverged run exits with status 1
-(both reported by :func:`spectral_jax.cli.main`).
+then overrides one field (VALUE parsed by the field's type), as with
+``ml_collections.config_flags`` but without absl; the method's defaults and budget caps are
+resolved after all overrides (:mod:`spectral_jax.train.overrides`). Errors in the config, the
+data directory or the workdir print one message and exit with status 2; a diverged run exits
+with status 1 (both reported by :func:`spectral_jax.cli.main`).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib.util
 import json
 import os
 from typing import Any
 
 import ml_collections
-from ml_collections.config_flags import config_path
+
+from spectral_jax.train.overrides import apply_overrides
 
 
 def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDict:
@@ -32,9 +33,9 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
 
     Args:
         spec: path of a config file defining ``get_config(arg)``, optionally ``:arg``.
-        overrides: ``"a.b=VALUE"`` strings; VALUE is parsed as a Python literal (``true`` /
-          ``false`` / ``none`` too), else kept as a string; the field must exist and the type
-          must match (an int for a float field is fine).
+        overrides: ``"a.b=VALUE"`` strings, each parsed by its field's type; method defaults
+          and budget caps are then resolved for the final method and length (see
+          :mod:`spectral_jax.train.overrides`).
 
     Returns:
         The config.
@@ -58,30 +59,7 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
     if not hasattr(module, "get_config"):
         raise ValueError(f"--config {spec!r}: {path} defines no get_config(arg)")
     config = module.get_config(arg or None)
-    for override in overrides:
-        key, sep, raw = override.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--config.{override}: expected --config.FIELD=VALUE")
-        value = _parse_value(raw)
-        try:
-            config_path.get_value(key, config)
-        except (KeyError, AttributeError, IndexError):
-            raise ValueError(f"--config.{key}: no field {key!r} in the config") from None
-        try:
-            config_path.set_value(key, config, value)
-        except TypeError as e:
-            raise ValueError(f"--config.{key}={raw}: {e}") from None
-    return config
-
-
-def _parse_value(raw: str) -> Any:
-    lowered = raw.lower()
-    if lowered in ("true", "false", "none"):
-        return {"true": True, "false": False, "none": None}[lowered]
-    try:
-        return ast.literal_eval(raw)
-    except (SyntaxError, ValueError):
-        return raw
+    return apply_overrides(config, overrides)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
