@@ -108,6 +108,7 @@ def test_overrides_are_parsed_by_the_fields_type(capsys):
 
     for raw in ("2024", "True", "1e3", "none", "[1, 2]"):
         assert _load("listops.py:quick", f"data.dir={raw}").data.dir == raw
+    assert _load("listops.py:quick", "data.dir='my data'").data.dir == "my data"
     cfg = _load("listops.py:quick", "train.steps=1e3", "train.eval_batch_size=64",
                 "model.use_bias=no", "model.dropout_rate=1e-1", "train.grad_clip_norm=2",
                 "model.attention_kwargs.pinv_iterations=8")

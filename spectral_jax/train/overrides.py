@@ -1,11 +1,12 @@
 """``--config.FIELD=VALUE`` overrides: each parsed by its field's type, then the method re-derived.
 
 As ``ml_collections.config_flags`` does, a value is read by the type of the field it sets: a
-string field takes the text as it is (``--config.data.dir=2024`` is the folder ``"2024"``), an
-int field an integer (``1e3`` too), a float field a number, a bool field ``true``/``false``
-(``1``/``0``, ``yes``/``no``); ``none`` sets any field but a string one to None. Fields whose
-default is None carry their type (ml_collections placeholders, see ``config_lib``); a field
-without a known type takes a Python literal, else the text.
+string field takes the text as it is (``--config.data.dir=2024`` is the folder ``"2024"``; a
+quoted ``'cifar10'``, as scripts pass it, loses its quotes), an int field an integer (``1e3``
+too), a float field a number, a bool field ``true``/``false`` (``1``/``0``, ``yes``/``no``);
+``none`` sets any field but a string one to None. Fields whose default is None carry their
+type (ml_collections placeholders, see ``config_lib``); a field without a known type takes a
+Python literal, else the text.
 
 Method defaults and budget caps are resolved after all overrides: when ``model.attention`` or
 ``model.max_length`` changed, ``model.attention_kwargs`` is re-derived for the final method and
@@ -71,7 +72,7 @@ def parse_value(key: str, raw: str, kind: type) -> Any:
         ('2024', 1000)
     """
     if kind is str:
-        return raw
+        return _unquoted(raw)
     lowered = raw.strip().lower()
     if lowered == "none":
         return None
@@ -232,6 +233,17 @@ def _integral(raw: str) -> int | None:
     except ValueError:
         return None
     return int(number) if number.is_integer() else None
+
+
+def _unquoted(raw: str) -> str:
+    """The text of a quoted Python string (``'cifar10'``, as scripts pass it), else ``raw``."""
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        try:
+            value = ast.literal_eval(raw)
+        except (SyntaxError, ValueError):
+            return raw
+        return value if isinstance(value, str) else raw
+    return raw
 
 
 def _literal(raw: str) -> Any:
