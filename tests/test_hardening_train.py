@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 
+import pytest
+
+from spectral_jax import cli
+from spectral_jax.train.cli import load_config
 from spectral_jax.train.progress import Reporter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -30,8 +35,6 @@ def test_summary_line_is_not_wrapped_when_not_a_terminal(capsys):
 
 
 def test_bench_without_out_writes_into_the_ignored_folder(tmp_path, monkeypatch, capsys):
-    from spectral_jax import cli
-
     monkeypatch.chdir(tmp_path)
     rc = cli.main(["bench", "speed", "--methods", "nystrom", "--lengths", "32", "--heads", "1",
                    "--head-dim", "4", "--budget", "num_landmarks=4", "--repeats", "1",
@@ -46,10 +49,6 @@ def test_bench_without_out_writes_into_the_ignored_folder(tmp_path, monkeypatch,
 
 
 def test_config_command_prints_the_config_a_run_records(capsys):
-    import json
-
-    from spectral_jax import cli
-
     assert cli.main(["config", f"{ROOT}/configs/lra/listops.py:quick",
                      "--config.train.steps=10", "--config.data.dir", "elsewhere"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -62,8 +61,6 @@ def test_config_command_prints_the_config_a_run_records(capsys):
 
 
 def _load(spec: str, *overrides: str):
-    from spectral_jax.train.cli import load_config
-
     return load_config(f"{ROOT}/configs/lra/{spec}", list(overrides))
 
 
@@ -82,8 +79,8 @@ def test_budgets_are_capped_after_length_overrides():
     assert _load("listops.py:attention=performer,protocol=small",
                  "model.max_length=48").model.attention_kwargs.num_features == 32
     # An explicit value is the user's: kept as given, whatever the cap and the order.
-    cfg = _load("text.py:attention=nystrom,protocol=small", "model.attention_kwargs.num_landmarks=512",
-                "model.max_length=100")
+    cfg = _load("text.py:attention=nystrom,protocol=small",
+                "model.attention_kwargs.num_landmarks=512", "model.max_length=100")
     assert cfg.model.attention_kwargs.num_landmarks == 512
 
 
@@ -102,10 +99,6 @@ def test_switching_the_method_by_override_equals_the_config_argument():
 
 
 def test_overrides_are_parsed_by_the_fields_type(capsys):
-    import pytest
-
-    from spectral_jax import cli
-
     for raw in ("2024", "True", "1e3", "none", "[1, 2]"):
         assert _load("listops.py:quick", f"data.dir={raw}").data.dir == raw
     assert _load("listops.py:quick", "data.dir='my data'").data.dir == "my data"
@@ -131,8 +124,6 @@ def test_overrides_are_parsed_by_the_fields_type(capsys):
 
 
 def test_method_parameter_at_the_model_level_suggests_attention_kwargs():
-    import pytest
-
     with pytest.raises(ValueError, match="no field 'model.num_landmarks'.*"
                        r"--config\.model\.attention_kwargs\.num_landmarks=VALUE$"):
         _load("listops.py:quick", "model.num_landmarks=8")

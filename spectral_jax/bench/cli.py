@@ -6,8 +6,8 @@
     spectral-jax bench error --qkv runs/listops_quick/qkv.npz --out benchmarks/error_listops
 
 Each writes ``<out>.json`` and ``<out>.png`` (and prints a rich table and where the files
-went); without ``--out``, into ``bench_out/`` (git-ignored), not the current folder. Bad arguments print
-one message and exit with status 2 (:func:`spectral_jax.cli.main`). Building the parser imports
+went); without ``--out``, into ``bench_out/`` (git-ignored), not the current folder. Bad
+arguments print one message and exit with status 2 (:func:`spectral_jax.cli.main`). Building the parser imports
 no JAX: method names are checked against the registry only when ``--methods`` is given.
 """
 

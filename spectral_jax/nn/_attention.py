@@ -318,8 +318,8 @@ class MultiHeadAttention(nnx.Module):
             ``(batch..., q_len, out_features)`` in the computation dtype.
 
         Raises:
-            ValueError: ``deterministic`` given nowhere for a random layer; feature size or mask shape mismatch;
-              a Linformer ``kv_len`` above ``max_length``; the conv skip with
+            ValueError: ``deterministic`` given nowhere for a random layer; feature size or mask
+              shape mismatch; a Linformer ``kv_len`` above ``max_length``; the conv skip with
               ``q_len != kv_len``.
         """
         if deterministic is None:

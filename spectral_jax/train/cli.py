@@ -63,7 +63,7 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Registers ``train``, ``config``, ``eval`` and ``table`` on the ``spectral-jax`` dispatcher."""
+    """Registers ``train``, ``config``, ``eval`` and ``table`` on the ``spectral-jax`` command."""
     train = subparsers.add_parser(
         "train", help="train and evaluate an LRA config",
         description="Train, evaluate on validation, checkpoint, and report test accuracy. "

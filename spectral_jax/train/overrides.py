@@ -86,9 +86,9 @@ def parse_value(key: str, raw: str, kind: type) -> Any:
         except ValueError:
             number = _integral(raw) if kind is int else None
         if number is None:
-            example = "100" if kind is int else "0.001"
-            raise ValueError(f"--config.{key}={raw}: {key} is {'an int' if kind is int else 'a float'}"
-                             f" field; expected a number such as {example}")
+            article, example = ("an", "100") if kind is int else ("a", "0.001")
+            raise ValueError(f"--config.{key}={raw}: {key} is {article} {kind.__name__} field; "
+                             f"expected a number such as {example}")
         return number
     value = _literal(raw)
     container = dict if isinstance(kind, type) and issubclass(kind, ml_collections.ConfigDict) \
