@@ -347,11 +347,7 @@ def from_presets(
     preset = presets[protocol]
     model = dict(preset["model"])
     attention_overrides = dict(preset.get("attention_kwargs", {}).get(a.attention, {}))
-    from spectral_jax.attention import ATTENTIONS
-
-    spec = ATTENTIONS.get(a.attention)
-    if spec is None or not spec.weight_dropout:
-        model["attention_dropout_rate"] = 0.0
+    model.update(method_model_fields(a.attention, preset["model"]))
     cfg = build_config(
         task=task, protocol=protocol, attention=a.attention, seed=a.seed, data=preset["data"],
         model=model, train=preset["train"], attention_overrides=attention_overrides,
@@ -359,9 +355,25 @@ def from_presets(
     # What resolve_attention needs when an override switches the method: an attribute of this
     # object, not a config field (config.json stays as it is).
     object.__setattr__(cfg, _PRESET_ATTR, {
-        "attention_kwargs": preset.get("attention_kwargs", {}),
-        "attention_dropout_rate": preset["model"].get("attention_dropout_rate", 0.0)})
+        "attention_kwargs": preset.get("attention_kwargs", {}), "model": preset["model"]})
     return cfg
+
+
+def method_model_fields(attention: str, preset_model: dict[str, Any]) -> dict[str, Any]:
+    """The ``model`` fields a preset sets by method: attention-weight dropout exists only for
+    methods that form the weights (exact softmax), so others get ``attention_dropout_rate=0``.
+
+    Used when the config is built and again when an override switches the method.
+
+    Example:
+        >>> method_model_fields("nystrom", {"attention_dropout_rate": 0.1})
+        {'attention_dropout_rate': 0.0}
+    """
+    from spectral_jax.attention import ATTENTIONS
+
+    spec = ATTENTIONS.get(attention)
+    rate = preset_model.get("attention_dropout_rate", 0.0)
+    return {"attention_dropout_rate": rate if spec is not None and spec.weight_dropout else 0.0}
 
 
 _PRESET_ATTR = "_spectral_jax_preset"

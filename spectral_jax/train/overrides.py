@@ -56,8 +56,8 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str]
         if not (schema and key.startswith(_KWARGS)):
             _set(config, key, raw)
     if schema:
-        given = any(key == "model.attention_dropout_rate" for key, _ in pairs)
-        resolve_attention(config, attention=built[0], max_length=built[1], dropout_given=given)
+        given = {key[len("model."):] for key, _ in pairs if key.startswith("model.")}
+        resolve_attention(config, attention=built[0], max_length=built[1], given=given)
         for key, raw in pairs:
             if key.startswith(_KWARGS):
                 _set_method_parameter(config, key, raw)
@@ -100,21 +100,22 @@ def parse_value(key: str, raw: str, kind: type) -> Any:
 
 
 def resolve_attention(config: ml_collections.ConfigDict, *, attention: str,
-                      max_length: int | None, dropout_given: bool = False) -> None:
+                      max_length: int | None, given: Iterable[str] = ()) -> None:
     """Re-derives the method's parameters after overrides changed the method or the length.
 
     ``config`` was built for ``attention`` at ``max_length`` (``model.max_length``); when
     either now differs, ``model.attention_kwargs`` becomes the new method's registry defaults
     with the preset's choices for it (``config_lib.from_presets``'s ``attention_kwargs``), the
     budget capped at the new length, as ``FILE.py:attention=<method>`` would have built it.
-    On a switch, ``model.attention_dropout_rate`` follows the preset too (0 for methods
-    without attention weights) unless ``dropout_given``.
+    On a switch, the model fields a preset sets by method
+    (``config_lib.method_model_fields``: ``attention_dropout_rate``) follow too, except those
+    in ``given``.
 
     Args:
         config: the config, changed in place.
         attention: the method it was built for.
         max_length: the ``model.max_length`` it was built for.
-        dropout_given: ``model.attention_dropout_rate`` was overridden explicitly.
+        given: ``model`` fields the user overrode explicitly (kept).
 
     Example:
         >>> p = {"quick": {"data": {"dir": "d"}, "model": {"max_length": 512}, "train": {}}}
@@ -141,9 +142,11 @@ def resolve_attention(config: ml_collections.ConfigDict, *, attention: str,
     with model.ignore_type():
         model.attention_kwargs = ml_collections.ConfigDict(
             config_lib.attention_kwargs(new, model.max_length, choices))
-    if new != attention and not dropout_given:
-        rate = preset["attention_dropout_rate"] if preset else model.attention_dropout_rate
-        model.attention_dropout_rate = float(rate) if ATTENTIONS[new].weight_dropout else 0.0
+    if new != attention:
+        fields = config_lib.method_model_fields(new, preset["model"] if preset else model)
+        for name, value in fields.items():
+            if name not in set(given):
+                model[name] = value
 
 
 def _split(item: str) -> tuple[str, str]:
