@@ -20,6 +20,7 @@ import sys
 # subcommand -> module that defines `add_parser(subparsers)`.
 _SUBCOMMANDS = {
     "train": "spectral_jax.train.cli",
+    "config": "spectral_jax.train.cli",
     "eval": "spectral_jax.train.cli",
     "table": "spectral_jax.train.cli",
     "sweep": "spectral_jax.train.sweep_cli",
@@ -50,12 +51,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Adds ``(default: X)`` to an option's help, except where it says nothing (None, a flag
+    that is off, a required option) or the help already names its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("%(default)" in text or "default:" in text.lower() or action.required
+                or default in (None, False, argparse.SUPPRESS) or default == []
+                or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
+
 def _record_prog(parser: argparse.ArgumentParser) -> None:
-    """Stores each subcommand's full name (``spectral-jax data listops``) as ``args.command_prog``.
+    """Stores each subcommand's full name (``spectral-jax data listops``) as ``args.command_prog``
+    and gives every parser the help formatter that shows defaults.
 
     A subparser's defaults override its parent's, so the deepest command chosen wins.
     """
+    parser.formatter_class = _DefaultsFormatter
     for action in parser._actions:  # noqa: SLF001  (argparse has no public accessor)
+        if action.help is None and action.option_strings and action.default not in (
+                None, False, argparse.SUPPRESS, []):
+            action.help = "default: %(default)s"  # argparse shows no line without help
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             for sub in action.choices.values():
                 sub.set_defaults(command_prog=sub.prog)

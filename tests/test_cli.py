@@ -10,8 +10,9 @@ import pytest
 
 from spectral_jax import cli
 
-HELP_COMMANDS = ["", "train", "eval", "table", "data", "data listops", "data pathfinder",
-                 "data info", "bench", "bench speed", "bench error", "bench dump-qkv"]
+HELP_COMMANDS = ["", "train", "config", "eval", "table", "sweep", "data", "data listops",
+                 "data pathfinder", "data info", "bench", "bench speed", "bench error",
+                 "bench dump-qkv"]
 
 
 def test_help_of_every_command_imports_no_jax():
@@ -20,6 +21,7 @@ def test_help_of_every_command_imports_no_jax():
 import contextlib, io, sys
 from spectral_jax import cli
 cli.build_parser()
+texts = {{}}
 for command in {HELP_COMMANDS!r}:
     with contextlib.redirect_stdout(io.StringIO()) as out:
         try:
@@ -27,6 +29,13 @@ for command in {HELP_COMMANDS!r}:
         except SystemExit as e:
             assert e.code == 0, (command, e.code)
     assert "usage: spectral-jax" in out.getvalue(), command
+    texts[command] = " ".join(out.getvalue().split())
+# Defaults are shown (issue 15): a value, and one named in the help's own words.
+assert "(default: bench_out/speed)" in texts["bench speed"], texts["bench speed"]
+assert "--repeats REPEATS timed calls; the median is reported (default: 5)" in texts["bench speed"]
+assert "--heads HEADS default: 4" in texts["bench speed"]
+assert "best, latest or a step (default: best)" in texts["eval"]
+assert "(default: None)" not in " ".join(texts.values())
 heavy = sorted(m for m in ("jax", "jaxlib", "flax", "optax", "orbax") if m in sys.modules)
 print(heavy)
 """

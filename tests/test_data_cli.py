@@ -68,3 +68,24 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path, capsys) -> None:
         err = capsys.readouterr().err
         assert err.startswith(f"spectral-jax data {argv[0]}: error: ") and message in err
         assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_info_reads_the_data_as_the_config_does(tmp_path, capsys) -> None:
+    # Issue 15: the quick preset trains at 128 tokens; without the config the reader's default
+    # (2000) was shown with no word on where it came from.
+    listops.generate(str(tmp_path), num_train=8, num_val=2, num_test=2, seed=0, min_length=20,
+                     max_length=100, max_depth=4, max_args=4)
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    assert entry_point.main(["data", "info", "--config", f"{root}/configs/lra/listops.py:quick",
+                             f"--config.data.dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert f"max_length 128 (the config {root}/configs/lra/listops.py:quick)" in out
+    assert "inputs (8, 128)" in out
+    assert entry_point.main(["data", "info", "listops", "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "max_length 2000 (the reader's default; a config may read at another length" in out
+    assert entry_point.main(["data", "info", "text", "--config",
+                             f"{root}/configs/lra/listops.py:quick"]) == 2
+    assert "task 'text' differs from the config's task 'listops'" in capsys.readouterr().err
+    assert entry_point.main(["data", "info", "listops"]) == 2
+    assert "give TASK and --data-dir, or --config" in capsys.readouterr().err

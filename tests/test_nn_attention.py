@@ -307,5 +307,6 @@ def test_bad_configuration_errors():
                                attention_kwargs={"max_length": 4, "proj_len": 2}, rngs=rngs)
     with pytest.raises(ValueError, match="max_length.*4.*kv_len=8"):
         _call(layer, _inputs(), deterministic=True)
-    with pytest.raises(ValueError, match="deterministic"):
-        layer(_inputs())
+    random = MultiHeadAttention(H, E, attention="skyformer", rngs=rngs)
+    with pytest.raises(ValueError, match="deterministic must be given.*'skyformer'"):
+        random(_inputs())

@@ -5,8 +5,9 @@
     spectral-jax bench dump-qkv --workdir runs/listops_quick --out runs/listops_quick/qkv.npz
     spectral-jax bench error --qkv runs/listops_quick/qkv.npz --out benchmarks/error_listops
 
-Each writes ``<out>.json`` and ``<out>.png`` (and prints a rich table). Bad arguments print
-one message and exit with status 2 (:func:`spectral_jax.cli.main`). Building the parser imports
+Each writes ``<out>.json`` and ``<out>.png`` (and prints a rich table and where the files
+went); without ``--out``, into ``bench_out/`` (git-ignored), not the current folder. Bad
+arguments print one message and exit with status 2 (:func:`spectral_jax.cli.main`). Building the parser imports
 no JAX: method names are checked against the registry only when ``--methods`` is given.
 """
 
@@ -17,6 +18,10 @@ import math
 import os
 import platform
 from typing import Any
+
+# Where results go without --out: one folder the repository's .gitignore lists.
+DEFAULT_OUT = {"speed": os.path.join("bench_out", "speed"),
+               "error": os.path.join("bench_out", "error")}
 
 
 def _console() -> Any:
@@ -110,7 +115,7 @@ def _speed(args: argparse.Namespace) -> int:
                "records": records}
     json_path = report.write_json(f"{args.out}.json", payload)
     png_path = report.plot_speed(records, f"{args.out}.png", title=title)
-    console.print(f"wrote {json_path} and {png_path}")
+    console.print(f"wrote {json_path} and {png_path}", soft_wrap=True, highlight=False)
     return 0
 
 
@@ -154,7 +159,7 @@ def _error(args: argparse.Namespace) -> int:
     png_path = report.plot_error([r for r in rows if r["length"] == last], f"{args.out}.png",
                                  metric=args.plot_metric,
                                  title=f"relative {args.plot_metric} error, n = {last}")
-    console.print(f"wrote {json_path} and {png_path}")
+    console.print(f"wrote {json_path} and {png_path}", soft_wrap=True, highlight=False)
     return 0
 
 
@@ -209,7 +214,8 @@ def add_parser(subparsers: Any) -> None:
                          "16-bit inputs; skipped with the reason where unavailable)")
     sp.add_argument("--compile-only", action="store_true",
                     help="compile and report memory without timing anything")
-    sp.add_argument("--out", default="bench_speed", help="writes OUT.json and OUT.png")
+    sp.add_argument("--out", default=DEFAULT_OUT["speed"],
+                    help="writes OUT.json and OUT.png (the default folder is git-ignored)")
     sp.set_defaults(func=_speed)
 
     er = sub.add_parser("error", help="approximation error vs exact attention, per budget")
@@ -234,7 +240,8 @@ def add_parser(subparsers: Any) -> None:
                     help="an .npz from `bench dump-qkv`: use these inputs instead of regimes")
     er.add_argument("--plot-metric", choices=("output", "frobenius", "spectral"),
                     default="output")
-    er.add_argument("--out", default="bench_error", help="writes OUT.json and OUT.png")
+    er.add_argument("--out", default=DEFAULT_OUT["error"],
+                    help="writes OUT.json and OUT.png (the default folder is git-ignored)")
     er.set_defaults(func=_error)
 
     dq = sub.add_parser("dump-qkv", help="capture q/k/v of one attention layer of a trained run")

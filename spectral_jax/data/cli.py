@@ -40,12 +40,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     pf.add_argument("--seed", type=int, default=0)
     pf.set_defaults(func=_pathfinder)
 
-    info = sub.add_parser("info", help="print a task's sizes, vocab and label balance")
-    info.add_argument("task", help="listops, text, retrieval, image, pathfinder or pathx")
-    info.add_argument("--data-dir", required=True)
+    info = sub.add_parser(
+        "info", help="print a task's sizes, vocab and label balance",
+        description="Reads a task's data as a config reads it (--config FILE.py[:ARG] and "
+        "--config.FIELD=VALUE overrides: its task, data.dir and data.options) or with the "
+        "reader's own defaults (TASK --data-dir DIR); the lengths shown are those it reads at.",
+    )
+    info.add_argument("task", nargs="?", default=None,
+                      help="listops, text, retrieval, image, pathfinder or pathx "
+                      "(default: the config's task)")
+    info.add_argument("--data-dir", default=None, help="default: the config's data.dir")
+    info.add_argument("--config", default=None, metavar="FILE.py[:ARG]",
+                      help="read the data as this training config does, e.g. "
+                      "configs/lra/listops.py:quick")
     info.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                      help="task option, e.g. max_length=1000 (value parsed as JSON if it can be)")
-    info.set_defaults(func=_info)
+                      help="task option, e.g. max_length=1000 (value parsed as JSON if it can "
+                      "be); overrides the config's data.options")
+    info.set_defaults(func=_info, config_overrides=[])
+    from spectral_jax.train.cli import _accept_config_overrides
+
+    _accept_config_overrides(info)
 
 
 def _listops(args: argparse.Namespace) -> int:
@@ -79,14 +93,37 @@ def _parse_option(text: str) -> tuple[str, object]:
         return key, value
 
 
+def _info_source(args: argparse.Namespace) -> tuple[str, str, dict, str]:
+    """The task, data folder and reader options to show, and where the length comes from."""
+    options = dict(map(_parse_option, args.option))
+    if args.config is None:
+        if args.config_overrides:
+            raise ValueError("--config.FIELD=VALUE overrides need --config FILE.py[:ARG]")
+        if args.task is None or args.data_dir is None:
+            raise ValueError("give TASK and --data-dir, or --config FILE.py[:ARG]")
+        origin = ("--option max_length" if "max_length" in options else
+                  "the reader's default; a config may read at another length: pass "
+                  "--config FILE.py[:ARG]")
+        return args.task, args.data_dir, options, origin
+    from spectral_jax.train.cli import load_config
+
+    config = load_config(args.config, args.config_overrides)
+    if args.task is not None and args.task != config.task:
+        raise ValueError(f"task {args.task!r} differs from the config's task {config.task!r}")
+    where = "--option max_length" if "max_length" in options else f"the config {args.config}"
+    return (config.task, args.data_dir or config.data.dir,
+            {**config.data.options.to_dict(), **options}, where)
+
+
 def _info(args: argparse.Namespace) -> int:
     import numpy as np
 
     from spectral_jax.data import load_task, majority_baseline
 
-    task = load_task(args.task, args.data_dir, **dict(map(_parse_option, args.option)))
+    name, data_dir, options, origin = _info_source(args)
+    task = load_task(name, data_dir, **options)
     print(f"task {task.name}: vocab {task.vocab_size}, classes {task.num_classes}, "
-          f"max_length {task.max_length}, dual {task.dual}")
+          f"max_length {task.max_length} ({origin}), dual {task.dual}")
     print(f"source: {task.source}")
     for name, split in task.splits.items():
         counts = np.bincount(split.labels, minlength=task.num_classes)

@@ -105,6 +105,19 @@ def split_attention_kwargs(
     return kwargs, {**own, **given}
 
 
+def uses_rng(attention: str, dropout_rate: float = 0.0) -> bool:
+    """Whether a layer of ``attention`` draws randomness in training (then ``deterministic``
+    must be given, as for Flax's attention modules): weight dropout, or random state.
+
+    Example:
+        >>> uses_rng("nystrom"), uses_rng("skyformer"), uses_rng("softmax", 0.1)
+        (False, True, True)
+    """
+    spec = _attention.get_attention_spec(attention)
+    state = STATE_MODULES.get(spec.state) if spec.state is not None else None
+    return dropout_rate > 0.0 or (state is not None and getattr(state, "random", True))
+
+
 def _check_layer(spec: _attention.AttentionSpec, num_heads: int, in_features: int,
                  qkv_features: int, out_features: int, dropout_rate: float,
                  is_causal: bool) -> None:
@@ -181,7 +194,8 @@ class MultiHeadAttention(nnx.Module):
           (registry ``weight_dropout``, i.e. exact softmax) allow it, others require 0.
         use_bias: biases on the query/key/value/output projections.
         is_causal: causal self-attention; only for methods with a causal form.
-        deterministic: default for ``__call__``'s ``deterministic``.
+        deterministic: default for ``__call__``'s ``deterministic`` (needed only when the
+          layer is random: ``dropout_rate > 0`` or a random state such as Skyformer's).
         dtype: computation dtype (None: inferred from inputs and params).
         param_dtype: parameter dtype.
         shared_state: a state module shared with other layers (Linformer's layer-wise
@@ -239,6 +253,7 @@ class MultiHeadAttention(nnx.Module):
         self.dropout_rate = dropout_rate
         self.is_causal = is_causal
         self.deterministic = deterministic
+        self.uses_rng = uses_rng(attention, dropout_rate)
         self.dtype = dtype
         self.symmetric = check_symmetric(options["symmetric"])
 
@@ -314,7 +329,8 @@ class MultiHeadAttention(nnx.Module):
             mask: bool, True = attend, broadcastable to ``(batch..., num_heads, q_len,
               kv_len)`` (e.g. from ``nnx.make_attention_mask``), or None.
             deterministic: no dropout and fixed Skyformer landmarks; defaults to the
-              constructor's value.
+              constructor's value; may be left out everywhere when the layer has nothing
+              random (see :func:`uses_rng`).
             carry: the state a method with a registry ``carry`` (Luna) hands from layer to
               layer: the previous layer's P ``(batch..., packed_length, in_features)``;
               None: the module's own learned first P. Refused for other methods.
@@ -325,17 +341,21 @@ class MultiHeadAttention(nnx.Module):
             ``return_carry``, ``(output, next_carry)``.
 
         Raises:
-            ValueError: ``deterministic`` given nowhere; feature size or mask shape mismatch;
-              a Linformer ``kv_len`` above ``max_length``; the conv skip with
+            ValueError: ``deterministic`` given nowhere for a random layer; feature size or mask
+              shape mismatch; a Linformer ``kv_len`` above ``max_length``; the conv skip with
               ``q_len != kv_len``; ``carry`` for a method without one, or of the wrong shape.
         """
         if deterministic is None:
             deterministic = self.deterministic
-        if deterministic is None:
+        if deterministic is None and self.uses_rng:
             raise ValueError(
-                "deterministic must be given to MultiHeadAttention (call or constructor), "
-                "got None in both."
+                f"deterministic must be given to MultiHeadAttention (call or constructor) for "
+                f"attention={self.attention!r} with dropout_rate={self.dropout_rate}: it is "
+                "random in training (deterministic=False) and not in evaluation (True); got "
+                "None in both."
             )
+        if deterministic is None:  # nothing random: both modes are the same computation
+            deterministic = True
         inputs_kv = inputs_q if inputs_kv is None else inputs_kv
         query = self.query(inputs_q)
         key = self.query(inputs_kv) if self.key is None else self.key(inputs_kv)

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spectral_jax.nn._attention import uses_rng
 from spectral_jax.nn._config import TransformerConfig
 from spectral_jax.nn._encoder import TransformerEncoder
 
@@ -41,6 +42,31 @@ def _check_config(config: TransformerConfig) -> None:
     if not isinstance(config, TransformerConfig):
         raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}.")
     # Its choices (pooling, interaction, ...) were checked when it was constructed.
+
+
+# The token id that pads sequences (the LRA readers' and tokenizers' convention).
+PAD_ID = 0
+
+
+def _call_defaults(config: TransformerConfig, inputs: Array, mask: Array | None,
+                   deterministic: bool | None) -> tuple[Array, bool]:
+    """The mask (tokens other than :data:`PAD_ID`) and ``deterministic`` when not given.
+
+    As Flax's attention modules, ``deterministic`` is needed only when the model is random
+    (dropout or a random attention state); otherwise both modes are the same computation.
+    """
+    if mask is None:
+        mask = jnp.asarray(inputs) != PAD_ID
+    if deterministic is None:
+        if config.dropout_rate > 0.0 or uses_rng(config.attention,
+                                                  config.attention_dropout_rate):
+            raise ValueError(
+                f"deterministic must be given: the model is random in training (dropout_rate="
+                f"{config.dropout_rate}, attention={config.attention!r}); pass "
+                "deterministic=False to train, True to evaluate."
+            )
+        deterministic = True
+    return mask, deterministic
 
 
 def _pool(config: TransformerConfig, x: Array, mask: Array) -> Array:
@@ -96,22 +122,26 @@ class SequenceClassifier(nnx.Module):
         x = self.encoder(inputs, mask, deterministic=deterministic)
         return _pool(self.config, x, mask)
 
-    def __call__(self, inputs: Array, mask: Array, *, deterministic: bool) -> Array:
+    def __call__(self, inputs: Array, mask: Array | None = None, *,
+                 deterministic: bool | None = None) -> Array:
         """Classifies token sequences.
 
         Args:
-            inputs: int ``(batch, length)``, ``length <= config.max_length``; id 0 is
-              conventionally padding but only ``mask`` decides.
-            mask: bool ``(batch, length)``, True for real tokens.
-            deterministic: no dropout, fixed Skyformer landmarks (evaluation).
+            inputs: int ``(batch, length)``, ``length <= config.max_length``.
+            mask: bool ``(batch, length)``, True for real tokens; None: the tokens that are
+              not the padding id 0.
+            deterministic: no dropout, fixed Skyformer landmarks (evaluation); may be left
+              out when the model has nothing random (no dropout, no random attention state).
 
         Returns:
             float32 logits ``(batch, num_classes)``.
 
         Raises:
             TypeError: non-integer ``inputs`` or non-bool ``mask``.
-            ValueError: mismatched shapes or ``length > config.max_length``.
+            ValueError: mismatched shapes or ``length > config.max_length``; ``deterministic``
+              left out for a random model.
         """
+        mask, deterministic = _call_defaults(self.config, inputs, mask, deterministic)
         pooled = self.embed(inputs, mask, deterministic=deterministic)
         return self.logits(nnx.relu(self.hidden(pooled)))
 
@@ -172,21 +202,25 @@ class DualEncoderClassifier(nnx.Module):
         pooled = _pool(self.config, x, flat_mask).reshape(batch, 2, -1)
         return pooled[:, 0], pooled[:, 1]
 
-    def __call__(self, inputs: Array, mask: Array, *, deterministic: bool) -> Array:
+    def __call__(self, inputs: Array, mask: Array | None = None, *,
+                 deterministic: bool | None = None) -> Array:
         """Classifies document pairs.
 
         Args:
             inputs: int ``(batch, 2, length)``, ``length <= config.max_length``.
-            mask: bool ``(batch, 2, length)``, True for real tokens.
-            deterministic: no dropout, fixed Skyformer landmarks (evaluation).
+            mask: bool ``(batch, 2, length)``, True for real tokens; None: the tokens that
+              are not the padding id 0.
+            deterministic: as for :class:`SequenceClassifier`.
 
         Returns:
             float32 logits ``(batch, num_classes)``.
 
         Raises:
             TypeError: non-integer ``inputs`` or non-bool ``mask``.
-            ValueError: shapes other than ``(batch, 2, length)``; ``length > max_length``.
+            ValueError: shapes other than ``(batch, 2, length)``; ``length > max_length``;
+              ``deterministic`` left out for a random model.
         """
+        mask, deterministic = _call_defaults(self.config, inputs, mask, deterministic)
         u, v = self.embed(inputs, mask, deterministic=deterministic)
         if self.config.interaction == "concat":
             pair = jnp.concatenate([u, v], axis=-1)

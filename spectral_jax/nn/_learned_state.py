@@ -46,6 +46,8 @@ class InducingPointState(nnx.Module):
         (4, 2, 8)
     """
 
+    random = False  # nothing drawn per call: `deterministic` is not needed
+
     def __init__(self, options: Mapping[str, Any], *, num_heads: int, head_dim: int,
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs, **_: Any) -> None:
         options = {**STATE_KINDS["inducing_points"].options, **options}
@@ -81,6 +83,8 @@ class PackedSequenceState(nnx.Module):
         >>> state(kv_len=16, deterministic=True)["packed_query"].shape
         (4, 2, 4)
     """
+
+    random = False  # nothing drawn per call: `deterministic` is not needed
 
     def __init__(self, options: Mapping[str, Any], *, in_features: int, num_heads: int,
                  head_dim: int, dtype: Any = None, param_dtype: Any = jnp.float32,
@@ -135,6 +139,8 @@ class GateState(nnx.Module):
         >>> state(kv_len=5, deterministic=True, inputs=jnp.ones((1, 5, 8)))["gates"].shape
         (1, 5, 2)
     """
+
+    random = False  # nothing drawn per call: `deterministic` is not needed
 
     def __init__(self, options: Mapping[str, Any], *, in_features: int, num_heads: int,
                  dtype: Any = None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs,

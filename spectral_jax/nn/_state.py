@@ -52,6 +52,9 @@ class RandomFeatureState(nnx.Module):
         (8, 4)
     """
 
+    # Whether a call draws randomness (then the caller must say `deterministic`).
+    random = False
+
     def __init__(self, options: Mapping[str, Any], *, head_dim: int, rngs: nnx.Rngs,
                  **_: Any) -> None:
         self.num_features = options["num_features"]
@@ -111,6 +114,8 @@ class LengthProjectionState(nnx.Module):
         ((4, 16), (4, 16))
     """
 
+    random = False
+
     def __init__(self, options: Mapping[str, Any], *, param_dtype: Any = jnp.float32,
                  rngs: nnx.Rngs, _shared: bool = False, **_: Any) -> None:
         options = {**STATE_KINDS["length_projection"].options, **options}
@@ -161,6 +166,8 @@ class LandmarkRngState(nnx.Module):
     method uses fixed landmarks and two evaluation calls are bitwise equal.
     """
 
+    random = True
+
     def __init__(self, options: Mapping[str, Any], *, rngs: nnx.Rngs, **_: Any) -> None:
         del options
         self.rng = _stream(rngs, "landmarks", "dropout", "params").fork()
@@ -170,7 +177,9 @@ class LandmarkRngState(nnx.Module):
         return {} if deterministic else {"rng": self.rng()}
 
 
-# The module that owns each kind of state (keys: spectral_jax.attention.STATE_KINDS).
+# The module that owns each kind of state (keys: spectral_jax.attention.STATE_KINDS). Each
+# says whether its calls are random (class attribute `random`; a module without it counts as
+# random, so `deterministic` stays required for it).
 STATE_MODULES: dict[str, type[nnx.Module]] = {
     "random_features": RandomFeatureState,
     "length_projection": LengthProjectionState,
@@ -216,11 +225,14 @@ class ConvSkip(nnx.Module):
                 f"conv_kernel_size needs self-attention lengths, got q_len={q_len} and "
                 f"kv_len={length}."
             )
-        if mask is not None:
-            valid = jnp.any(mask, axis=-2)  # (batch..., heads|1, kv_len)
-            valid = jnp.any(valid, axis=-2) if valid.ndim >= 2 else valid
-            value = value * jnp.expand_dims(valid, (-1, -2)).astype(value.dtype)
         batch = value.shape[:-3]
+        if mask is not None:
+            # Any rank the attention functions accept, (kv_len,) up to (batch..., heads, q_len,
+            # kv_len): leading axes of size 1 make every rank the full one.
+            mask = mask.reshape((1,) * (len(batch) + 3 - mask.ndim) + mask.shape)
+            valid = jnp.any(mask, axis=-2)  # (batch..., heads|1, kv_len): any query uses it
+            valid = jnp.swapaxes(valid, -1, -2)[..., None]  # (batch..., kv_len, heads|1, 1)
+            value = value * valid.astype(value.dtype)
         # (batch..., L, H, D) -> (batch·D, L, H): heads are the conv's feature groups.
         v = jnp.moveaxis(value.reshape(-1, length, heads, dim), -1, 1).reshape(-1, length, heads)
         kernel = self.kernel[...].astype(v.dtype)

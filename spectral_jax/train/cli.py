@@ -1,29 +1,31 @@
-"""``spectral-jax train | eval | table``: the training subcommands.
+"""``spectral-jax train | config | eval | table``: the training subcommands.
 
     spectral-jax train --config configs/lra/listops.py:quick --workdir runs/listops_quick
     spectral-jax train --config configs/lra/text.py:attention=nystrom,protocol=small \\
         --config.train.steps=200 --config.data.dir=/data/lra_release --workdir runs/text_nys
     spectral-jax eval --workdir runs/listops_quick [--checkpoint best|latest|STEP] [--split test]
     spectral-jax table runs/*
+    spectral-jax config configs/lra/listops.py:quick --config.train.steps=10
 
 ``--config FILE.py[:ARG]`` calls ``get_config(ARG)`` of the file; every ``--config.a.b=VALUE``
-then overrides one field (VALUE is a Python literal, else a string), as with
-``ml_collections.config_flags`` but without absl. Errors in the config, the data directory or
-the workdir print one message and exit with status 2; a diverged run exits with status 1
-(both reported by :func:`spectral_jax.cli.main`).
+then overrides one field (VALUE parsed by the field's type), as with
+``ml_collections.config_flags`` but without absl; the method's defaults and budget caps are
+resolved after all overrides (:mod:`spectral_jax.train.overrides`). Errors in the config, the
+data directory or the workdir print one message and exit with status 2; a diverged run exits
+with status 1 (both reported by :func:`spectral_jax.cli.main`).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib.util
 import json
 import os
 from typing import Any
 
 import ml_collections
-from ml_collections.config_flags import config_path
+
+from spectral_jax.train.overrides import apply_overrides
 
 
 def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDict:
@@ -31,9 +33,9 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
 
     Args:
         spec: path of a config file defining ``get_config(arg)``, optionally ``:arg``.
-        overrides: ``"a.b=VALUE"`` strings; VALUE is parsed as a Python literal (``true`` /
-          ``false`` / ``none`` too), else kept as a string; the field must exist and the type
-          must match (an int for a float field is fine).
+        overrides: ``"a.b=VALUE"`` strings, each parsed by its field's type; method defaults
+          and budget caps are then resolved for the final method and length (see
+          :mod:`spectral_jax.train.overrides`).
 
     Returns:
         The config.
@@ -57,34 +59,11 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
     if not hasattr(module, "get_config"):
         raise ValueError(f"--config {spec!r}: {path} defines no get_config(arg)")
     config = module.get_config(arg or None)
-    for override in overrides:
-        key, sep, raw = override.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--config.{override}: expected --config.FIELD=VALUE")
-        value = _parse_value(raw)
-        try:
-            config_path.get_value(key, config)
-        except (KeyError, AttributeError, IndexError):
-            raise ValueError(f"--config.{key}: no field {key!r} in the config") from None
-        try:
-            config_path.set_value(key, config, value)
-        except TypeError as e:
-            raise ValueError(f"--config.{key}={raw}: {e}") from None
-    return config
-
-
-def _parse_value(raw: str) -> Any:
-    lowered = raw.lower()
-    if lowered in ("true", "false", "none"):
-        return {"true": True, "false": False, "none": None}[lowered]
-    try:
-        return ast.literal_eval(raw)
-    except (SyntaxError, ValueError):
-        return raw
+    return apply_overrides(config, overrides)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Registers ``train``, ``eval`` and ``table`` on the ``spectral-jax`` dispatcher."""
+    """Registers ``train``, ``config``, ``eval`` and ``table`` on the ``spectral-jax`` command."""
     train = subparsers.add_parser(
         "train", help="train and evaluate an LRA config",
         description="Train, evaluate on validation, checkpoint, and report test accuracy. "
@@ -101,6 +80,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        "SPECTRAL_JAX_DISTRIBUTED=1)")
     train.set_defaults(func=_train, config_overrides=[])
     _accept_config_overrides(train)
+
+    show = subparsers.add_parser(
+        "config", help="print a config as a run would record it",
+        description="Loads FILE.py[:ARG], applies --config.FIELD=VALUE overrides, checks it, "
+        "and prints the JSON that `train` would write to WORKDIR/config.json.",
+    )
+    show.add_argument("config", metavar="FILE.py[:ARG]",
+                      help="e.g. configs/lra/listops.py:quick")
+    show.set_defaults(func=_show_config, config_overrides=[])
+    _accept_config_overrides(show)
 
     evaluate = subparsers.add_parser("eval", help="evaluate a run's checkpoint")
     evaluate.add_argument("--workdir", required=True)
@@ -152,6 +141,14 @@ def _train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.config_overrides)
     train_and_evaluate(config, args.workdir, overwrite=args.overwrite)
+    return 0
+
+
+def _show_config(args: argparse.Namespace) -> int:
+    from spectral_jax.train.run import recorded_config
+
+    config = recorded_config(load_config(args.config, args.config_overrides))
+    print(config.to_json(sort_keys=True, indent=2))
     return 0
 
 

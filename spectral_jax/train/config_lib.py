@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 import ml_collections
+from ml_collections import config_dict
 
 from spectral_jax import _checks
 from spectral_jax.data.registry import TASKS, task_options
@@ -89,7 +90,8 @@ def _convert(key: str, raw: str, default: Any) -> Any:
     return raw
 
 
-def attention_kwargs(attention: str, max_length: int | None = None) -> dict[str, Any]:
+def attention_kwargs(attention: str, max_length: int | None = None,
+                     choices: dict[str, Any] | None = None) -> dict[str, Any]:
     """Default parameters of an attention method (its registry entry), budget capped at ``max_length``.
 
     Args:
@@ -97,6 +99,7 @@ def attention_kwargs(attention: str, max_length: int | None = None) -> dict[str,
         max_length: when given, landmark / feature / projection counts larger than the sequence
           are reduced to the largest power of two not above it (a budget above the length would
           not be an approximation).
+        choices: a preset's values replacing the registry defaults (capped the same way).
 
     Raises:
         ValueError: for an unknown method name.
@@ -114,7 +117,7 @@ def attention_kwargs(attention: str, max_length: int | None = None) -> dict[str,
         )
     # The registry records each method's parameters and which one is its budget.
     spec = attention_lib.get_attention_spec(attention)
-    kwargs = spec.config_defaults()
+    kwargs = {**spec.config_defaults(), **(choices or {})}
     if max_length is not None and spec.budget in kwargs:
         cap = 1 << (max_length.bit_length() - 1)
         kwargs[spec.budget] = min(kwargs[spec.budget], cap)
@@ -145,7 +148,8 @@ def build_config(
         model: fields of :class:`spectral_jax.nn.TransformerConfig` except ``vocab_size`` and
           ``num_classes`` when they come from the data (None = take the task's).
         train: loop settings; see ``configs/lra/listops.py`` for every key.
-        attention_overrides: method parameters replacing the defaults.
+        attention_overrides: method parameters replacing the defaults (the budget is still
+          capped at ``model["max_length"]``).
 
     Returns:
         An unlocked ConfigDict.
@@ -161,8 +165,7 @@ def build_config(
     """
     _checks.choice("config", "task", task, TASKS)
     _checks.choice("config", "protocol", protocol, PROTOCOLS)
-    kwargs = attention_kwargs(attention, model.get("max_length"))
-    kwargs.update(attention_overrides or {})
+    kwargs = attention_kwargs(attention, model.get("max_length"), attention_overrides)
 
     cfg = ml_collections.ConfigDict()
     cfg.task = task
@@ -179,7 +182,7 @@ def build_config(
     if unknown:
         raise ValueError(f"build_config: model has {unknown}, which are not TransformerConfig "
                          f"fields (allowed: {sorted(defaults)})")
-    cfg.model = ml_collections.ConfigDict({**defaults, **model})
+    cfg.model = ml_collections.ConfigDict(_typed({**defaults, **model}, model_types()))
     cfg.model.attention = attention
     cfg.model.attention_kwargs = ml_collections.ConfigDict(kwargs)
     train_defaults = {
@@ -193,8 +196,34 @@ def build_config(
     merged = {**train_defaults, **train}
     merged["optimizer"] = {**train_defaults["optimizer"], **train.get("optimizer", {})}
     merged["schedule"] = {**train_defaults["schedule"], **train.get("schedule", {})}
-    cfg.train = ml_collections.ConfigDict(merged)
+    cfg.train = ml_collections.ConfigDict(_typed(merged, _TRAIN_TYPES))
+    cfg.train.schedule = ml_collections.ConfigDict(_typed(merged["schedule"], _TRAIN_TYPES))
     return cfg
+
+
+# The types of fields whose default is None, so that a command-line override is parsed by
+# type (ml_collections placeholders; config.json is unchanged: a placeholder is null).
+_TRAIN_TYPES = {"eval_batch_size": int, "grad_clip_norm": float, "steps_per_cycle": int}
+
+
+def _typed(values: dict[str, Any], types: dict[str, type]) -> dict[str, Any]:
+    return {k: config_dict.placeholder(types[k]) if v is None and k in types else v
+            for k, v in values.items()}
+
+
+def model_types() -> dict[str, type]:
+    """The type of each ``model`` field that is a plain int, float, bool or str.
+
+    Example:
+        >>> model_types()["vocab_size"], model_types()["dropout_rate"]
+        (<class 'int'>, <class 'float'>)
+    """
+    import typing
+
+    from spectral_jax.nn._config import TransformerConfig
+
+    hints = typing.get_type_hints(TransformerConfig)
+    return {name: hint for name, hint in hints.items() if hint in (int, float, bool, str)}
 
 
 def model_defaults() -> dict[str, Any]:
@@ -336,16 +365,39 @@ def from_presets(
     preset = presets[protocol]
     model = dict(preset["model"])
     attention_overrides = dict(preset.get("attention_kwargs", {}).get(a.attention, {}))
-    from spectral_jax.attention import ATTENTIONS
-
-    spec = ATTENTIONS.get(a.attention)
-    if spec is None or not spec.weight_dropout:
-        model["attention_dropout_rate"] = 0.0
-    if spec is not None and spec.causal_only:
-        # A recurrence (gated_linear) runs causally; a causal CLS token at position 0 would
-        # see only itself, so these methods pool by the mean over valid tokens.
-        model.update(is_causal=True, pooling="mean")
-    return build_config(
+    model.update(method_model_fields(a.attention, preset["model"]))
+    cfg = build_config(
         task=task, protocol=protocol, attention=a.attention, seed=a.seed, data=preset["data"],
         model=model, train=preset["train"], attention_overrides=attention_overrides,
     )
+    # What resolve_attention needs when an override switches the method: an attribute of this
+    # object, not a config field (config.json stays as it is).
+    object.__setattr__(cfg, _PRESET_ATTR, {
+        "attention_kwargs": preset.get("attention_kwargs", {}), "model": preset["model"]})
+    return cfg
+
+
+def method_model_fields(attention: str, preset_model: dict[str, Any]) -> dict[str, Any]:
+    """The ``model`` fields a preset sets by method: attention-weight dropout exists only for
+    methods that form the weights (exact softmax), so others get ``attention_dropout_rate=0``;
+    causal-only methods get ``is_causal=True`` and mean pooling.
+
+    Used when the config is built and again when an override switches the method.
+
+    Example:
+        >>> method_model_fields("nystrom", {"attention_dropout_rate": 0.1})
+        {'attention_dropout_rate': 0.0}
+    """
+    from spectral_jax.attention import ATTENTIONS
+
+    spec = ATTENTIONS.get(attention)
+    rate = preset_model.get("attention_dropout_rate", 0.0)
+    fields = {"attention_dropout_rate": rate if spec is not None and spec.weight_dropout else 0.0}
+    if spec is not None and spec.causal_only:
+        # A recurrence (gated_linear) runs causally; a causal CLS token at position 0 would
+        # see only itself, so these methods pool by the mean over valid tokens.
+        fields.update(is_causal=True, pooling="mean")
+    return fields
+
+
+_PRESET_ATTR = "_spectral_jax_preset"

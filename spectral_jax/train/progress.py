@@ -34,7 +34,9 @@ class Reporter:
 
     def __init__(self, total: int, *, start: int = 0, enabled: bool = True) -> None:
         self.enabled = enabled
-        self.console = Console(stderr=False)
+        # soft_wrap: lines are never broken at the console width (80 when not a terminal),
+        # so each result stays on one line for grep.
+        self.console = Console(stderr=False, soft_wrap=True)
         self._bar = None
         if not enabled:
             return

@@ -228,10 +228,19 @@ def open_for_training(
         ValueError, TypeError: invalid config, or ``workdir`` holding a different config.
         FileNotFoundError: the task's data is missing (the message says how to get it).
     """
+    return _assemble(recorded_config(config), workdir, training=True, overwrite=overwrite)
+
+
+def recorded_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """``config`` as a run records it in ``config.json``: a checked copy, ``data.dir`` absolute.
+
+    Raises:
+        ValueError, TypeError: an invalid config (see :func:`validate_config`).
+    """
     config = ml_collections.ConfigDict(config.to_dict())
     validate_config(config)
     config.data.dir = os.path.abspath(config.data.dir)
-    return _assemble(config, workdir, training=True, overwrite=overwrite)
+    return config
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
