@@ -20,7 +20,8 @@ def test_unknown_attention_name_lists_known_names():
         sa.get_attention("flash")
     assert sa.available_attentions() == (
         "softmax", "nystrom", "spectral_shift", "skyformer", "kernelized", "linear",
-        "performer", "linformer",
+        "performer", "linformer", "clustered", "improved_clustered", "probsparse",
+        "memory_compressed", "local",
     )
 
 

@@ -27,6 +27,9 @@ def _bound_fn(name: str):
         kwargs["projection"] = attention.orthogonal_random_features(jax.random.key(5), 16, D)
     if name == "linformer":
         kwargs["key_projection"] = jax.random.normal(jax.random.key(6), (4, L)) / np.sqrt(L)
+    if name == "memory_compressed":  # the registry's pure builder (mean pooling)
+        kwargs.update(attention.get_attention_spec(name).make_state(
+            jax.random.key(8), budget=3, length=L, head_dim=D))
     return functools.partial(fn, **kwargs)
 
 

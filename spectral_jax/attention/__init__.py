@@ -6,12 +6,19 @@ head_dim)`` and plugs into Flax's ``attention_fn``. Pick one by name with
 :func:`get_attention`.
 """
 
+from spectral_jax.attention._clustered import clustered_attention, improved_clustered_attention
 from spectral_jax.attention._landmarks import segment_means
 from spectral_jax.attention._linear import linear_attention
 from spectral_jax.attention._linformer import linformer_attention
+from spectral_jax.attention._local import local_attention
+from spectral_jax.attention._memory_compressed import (
+    mean_pool_conv,
+    memory_compressed_attention,
+)
 from spectral_jax.attention._nystrom import nystrom_attention
 from spectral_jax.attention._performer import orthogonal_random_features, performer_attention
 from spectral_jax.attention._pinv import iterative_pinv
+from spectral_jax.attention._probsparse import probsparse_attention
 from spectral_jax.attention._registry import (
     ATTENTIONS,
     BASELINE,
@@ -51,4 +58,11 @@ __all__ = [
     "spectral_shift_attention",
     "spectral_shift_delta",
     "symmetric_spectral_shift_attention",
+    # Survey I (issue 13)
+    "clustered_attention",
+    "improved_clustered_attention",
+    "local_attention",
+    "mean_pool_conv",
+    "memory_compressed_attention",
+    "probsparse_attention",
 ]

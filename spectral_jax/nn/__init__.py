@@ -12,6 +12,7 @@ from spectral_jax.nn._classifier import DualEncoderClassifier, SequenceClassifie
 from spectral_jax.nn._config import TransformerConfig
 from spectral_jax.nn._embedding import TokenEmbedding, sinusoidal_positions
 from spectral_jax.nn._encoder import EncoderBlock, TransformerEncoder
+from spectral_jax.nn._memory_conv import MemoryConvState
 from spectral_jax.nn._state import (
     STATE_MODULES,
     ConvSkip,
@@ -29,6 +30,7 @@ __all__ = [
     "EncoderBlock",
     "LandmarkRngState",
     "LengthProjectionState",
+    "MemoryConvState",
     "MultiHeadAttention",
     "RandomFeatureState",
     "RandomFeatures",

@@ -250,7 +250,8 @@ class MultiHeadAttention(nnx.Module):
             self.state = shared_state
         elif spec.state is not None:
             self.state = STATE_MODULES[spec.state](
-                options, head_dim=self.head_dim, param_dtype=param_dtype, rngs=rngs)
+                options, num_heads=num_heads, head_dim=self.head_dim, param_dtype=param_dtype,
+                rngs=rngs)
 
     def redraw(self, rng: Array) -> None:
         """Draws new random features from ``rng`` (Choromanski et al. 2021, §3).

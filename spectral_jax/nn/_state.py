@@ -18,6 +18,7 @@ from flax import nnx
 from spectral_jax import attention as _attention
 from spectral_jax.attention import STATE_KINDS
 from spectral_jax.attention._state import LINFORMER_SHARING
+from spectral_jax.nn._memory_conv import MemoryConvState
 from spectral_jax.nn._rngs import stream as _stream
 
 Array = jax.Array
@@ -154,10 +155,12 @@ class LengthProjectionState(nnx.Module):
 
 
 class LandmarkRngState(nnx.Module):
-    """A landmark-sampling rng stream: ``"landmarks"``, else ``"dropout"``, else ``"params"``.
+    """A sampling rng stream: ``"landmarks"``, else ``"dropout"``, else ``"params"``.
 
     Training calls get a fresh key; evaluation (``deterministic=True``) gets none, so the
-    method uses fixed landmarks and two evaluation calls are bitwise equal.
+    method uses its deterministic choice (Skyformer's evenly spaced landmarks, the clustered
+    methods' evenly spaced k-means start, ProbSparse's evenly spaced key sample) and two
+    evaluation calls are bitwise equal.
     """
 
     def __init__(self, options: Mapping[str, Any], *, rngs: nnx.Rngs, **_: Any) -> None:
@@ -174,6 +177,7 @@ STATE_MODULES: dict[str, type[nnx.Module]] = {
     "random_features": RandomFeatureState,
     "length_projection": LengthProjectionState,
     "landmark_rng": LandmarkRngState,
+    "memory_conv": MemoryConvState,
 }
 
 
