@@ -74,6 +74,8 @@ QUICK = {
         "nystrom": {"num_landmarks": 16}, "spectral_shift": {"num_landmarks": 16},
         "skyformer": {"num_landmarks": 16}, "performer": {"num_features": 64},
         "linformer": {"proj_len": 32},
+        "clustered": {"num_clusters": 16}, "improved_clustered": {"num_clusters": 16},
+        "local": {"window": 8},
     },
 }
 
