@@ -22,6 +22,7 @@ def test_unknown_attention_name_lists_known_names():
     assert sa.available_attentions() == (
         "softmax", "nystrom", "spectral_shift", "skyformer", "kernelized", "linear",
         "performer", "linformer", "inducing_points", "luna", "gated_linear",
+        "clustered", "improved_clustered", "probsparse", "memory_compressed", "local",
     )
 
 

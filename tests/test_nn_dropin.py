@@ -30,6 +30,9 @@ def _bound_fn(name: str):
     if name in ("inducing_points", "luna", "gated_linear"):  # the registry's pure builder
         kwargs.update(attention.get_attention_spec(name).make_state(
             jax.random.key(7), budget=4, length=L, head_dim=D))
+    if name == "memory_compressed":  # the registry's pure builder (mean pooling)
+        kwargs.update(attention.get_attention_spec(name).make_state(
+            jax.random.key(8), budget=3, length=L, head_dim=D))
     return functools.partial(fn, **kwargs)
 
 

@@ -17,6 +17,6 @@ def test_readme_python_snippets_run():
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
         namespaces.append(namespace)
     attention, modules = namespaces[0], namespaces[1]
-    assert attention["y"].shape == (2, 1024, 4, 64)
+    assert attention["y"].shape == (2, 512, 4, 64)
     assert modules["y"].shape == (2, 256, 128)
     assert modules["logits"].shape == (2, 10)

@@ -75,6 +75,8 @@ QUICK = {
         "skyformer": {"num_landmarks": 16}, "performer": {"num_features": 64},
         "linformer": {"proj_len": 32}, "inducing_points": {"num_inducing_points": 16},
         "luna": {"packed_length": 16},
+        "clustered": {"num_clusters": 16}, "improved_clustered": {"num_clusters": 16},
+        "local": {"window": 8},
     },
 }
 

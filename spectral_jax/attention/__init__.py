@@ -6,15 +6,22 @@ head_dim)`` and plugs into Flax's ``attention_fn``. Pick one by name with
 :func:`get_attention`.
 """
 
+from spectral_jax.attention._clustered import clustered_attention, improved_clustered_attention
 from spectral_jax.attention._gated_linear import gated_linear_attention
 from spectral_jax.attention._inducing_points import inducing_points_attention
 from spectral_jax.attention._landmarks import segment_means
 from spectral_jax.attention._linear import linear_attention
 from spectral_jax.attention._linformer import linformer_attention
+from spectral_jax.attention._local import local_attention
 from spectral_jax.attention._luna import luna_attention, luna_pack
+from spectral_jax.attention._memory_compressed import (
+    mean_pool_conv,
+    memory_compressed_attention,
+)
 from spectral_jax.attention._nystrom import nystrom_attention
 from spectral_jax.attention._performer import orthogonal_random_features, performer_attention
 from spectral_jax.attention._pinv import iterative_pinv
+from spectral_jax.attention._probsparse import probsparse_attention
 from spectral_jax.attention._registry import (
     ATTENTIONS,
     BASELINE,
@@ -38,19 +45,25 @@ __all__ = [
     "StateKind",
     "available_attentions",
     "budget_parameters",
-    "get_attention",
+    "clustered_attention",
     "gated_linear_attention",
+    "get_attention",
     "get_attention_spec",
+    "improved_clustered_attention",
     "inducing_points_attention",
     "iterative_pinv",
     "kernelized_attention",
     "linear_attention",
     "linformer_attention",
+    "local_attention",
     "luna_attention",
     "luna_pack",
+    "mean_pool_conv",
+    "memory_compressed_attention",
     "nystrom_attention",
     "orthogonal_random_features",
     "performer_attention",
+    "probsparse_attention",
     "reference_attention",
     "segment_means",
     "skyformer_attention",

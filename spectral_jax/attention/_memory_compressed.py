@@ -15,6 +15,23 @@ from spectral_jax.attention._linear import check_causal_lengths
 Array = jax.Array
 
 
+def mean_pool_conv(kernel_size: int, dim: int, dtype: Any = jnp.float32) -> Array:
+    """Convolution weights ``(kernel_size, dim, dim)`` that average each window: ``I / k`` per tap.
+
+    The identity-like start of the learned weights and the benchmarks' stand-in for trained
+    ones; with ``kernel_size = 1`` memory compression is the identity.
+
+    Example:
+      >>> from spectral_jax.attention._memory_compressed import mean_pool_conv
+      >>> mean_pool_conv(2, 3)[1]
+      Array([[0.5, 0. , 0. ],
+             [0. , 0.5, 0. ],
+             [0. , 0. , 0.5]], dtype=float32)
+    """
+    _common.check_positive_int("mean_pool_conv", "kernel_size", kernel_size)
+    return jnp.broadcast_to(jnp.eye(dim, dtype=dtype) / kernel_size, (kernel_size, dim, dim))
+
+
 def compress_memory(
     x: Array, valid: Array, conv: Array, stride: int
 ) -> tuple[Array, Array]:

@@ -7,13 +7,17 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Literal
 
+from spectral_jax.attention._clustered import clustered_attention, improved_clustered_attention
 from spectral_jax.attention._gated_linear import gated_linear_attention
 from spectral_jax.attention._inducing_points import inducing_points_attention
 from spectral_jax.attention._linear import linear_attention
+from spectral_jax.attention._local import local_attention
+from spectral_jax.attention._memory_compressed import memory_compressed_attention
 from spectral_jax.attention._linformer import linformer_attention
 from spectral_jax.attention._luna import luna_attention
 from spectral_jax.attention._nystrom import nystrom_attention
 from spectral_jax.attention._performer import performer_attention
+from spectral_jax.attention._probsparse import probsparse_attention
 from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
 from spectral_jax.attention._softmax import softmax_attention
 from spectral_jax.attention._spectral_shift import spectral_shift_attention
@@ -66,7 +70,7 @@ class AttentionSpec:
     recorded: tuple[str, ...] = ()
     budget: str | None = None
     state: Literal["random_features", "length_projection", "landmark_rng", "inducing_points",
-                   "packed_sequence", "gates"] | None = None
+                   "packed_sequence", "gates", "memory_conv"] | None = None
     conv_skip: bool = False
     weight_dropout: bool = False
     test_budget: int | None = None
@@ -208,6 +212,36 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             "Peng et al. 2021 (RFA), §3.2 RFA-Gate; Katharopoulos et al. 2020 feature map",
             "O(nd²)", True, "softmax", recorded=("feature_map",), state="gates",
             causal_only=True),
+        # Survey I (issue 13). The clustered methods and ProbSparse take the sampling key of
+        # "landmark_rng": a random k-means start / key sample in training, the deterministic
+        # one in evaluation. Both clustered methods' budget is num_clusters (with the default
+        # 100 clusters every 48-token test would be exact whatever topk is).
+        AttentionSpec(
+            "clustered", clustered_attention,
+            "Vyas, Katharopoulos & Fleuret 2020, §3.2 eq. 6-7 (k-means on the queries)",
+            "O(nCd)", False, "softmax", recorded=("num_clusters", "iterations"),
+            budget="num_clusters", state="landmark_rng", test_budget=8),
+        AttentionSpec(
+            "improved_clustered", improved_clustered_attention,
+            "Vyas, Katharopoulos & Fleuret 2020, §3.3 eq. 9-10 (top-k keys per cluster)",
+            "O(n(C + k)d)", False, "softmax", recorded=("num_clusters", "iterations", "topk"),
+            budget="num_clusters", state="landmark_rng", test_budget=8),
+        AttentionSpec(
+            "probsparse", probsparse_attention,
+            "Zhou et al. 2021 (Informer), §3 eq. 3-4 (ProbSparse, c·ln n active queries)",
+            "O(n log n · d)", False, "softmax", recorded=("factor",), budget="factor",
+            state="landmark_rng", test_budget=2),
+        # The budget kernel_size is also the stride: a larger one compresses more (cheaper,
+        # less accurate); 1 with identity weights is exact.
+        AttentionSpec(
+            "memory_compressed", memory_compressed_attention,
+            "Liu et al. 2018, §4.2.3 (strided conv of K and V, kernel = stride = 3)",
+            "O(n²d/s)", True, "softmax", recorded=("kernel_size",), budget="kernel_size",
+            state="memory_conv", test_budget=3),
+        AttentionSpec(
+            "local", local_attention,
+            "band attention: Parmar et al. 2018 §3.2; LRA's Local Attention (Tay et al. 2021)",
+            "O(nwd)", True, "softmax", recorded=("window",), budget="window", test_budget=8),
     )
 }
 

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax.attention._memory_compressed import mean_pool_conv
 from spectral_jax.attention._performer import orthogonal_random_features
 
 Array = jax.Array
@@ -77,6 +78,14 @@ def _gates(rng: Array, *, size: int | None, length: int, head_dim: int) -> dict[
     return {"gates": jax.nn.sigmoid(2.0 + jax.random.normal(rng, (length, 1), jnp.float32))}
 
 
+def _memory_conv(rng: Array, *, size: int, length: int, head_dim: int) -> dict[str, Array]:
+    """Mean pooling over each window of ``size`` positions, (size, d, d) shared by the heads:
+    a deterministic stand-in for learned weights, exact softmax attention at size 1."""
+    del rng, length
+    pool = mean_pool_conv(size, head_dim)
+    return {"key_conv": pool, "value_conv": pool}
+
+
 LINFORMER_SHARING = ("none", "key_value", "layerwise")
 
 STATE_KINDS: Mapping[str, StateKind] = MappingProxyType({
@@ -89,7 +98,8 @@ STATE_KINDS: Mapping[str, StateKind] = MappingProxyType({
         StateKind("length_projection", ("key_projection", "value_projection"),
                   MappingProxyType({"proj_len": 256, "sharing": "none", "max_length": None}),
                   "proj_len", _length_projection),
-        # Skyformer's landmark sampling key; absent (fixed landmarks) in evaluation.
+        # A sampling key: Skyformer's landmarks, the clustered methods' k-means start,
+        # ProbSparse's key sample; absent (the deterministic choice) in evaluation.
         StateKind("landmark_rng", ("rng",), MappingProxyType({}), None, _landmark_rng),
         # Set Transformer's learned inducing points I (Lee et al. 2019, §3.2).
         StateKind("inducing_points", ("inducing_points",),
@@ -101,5 +111,9 @@ STATE_KINDS: Mapping[str, StateKind] = MappingProxyType({
                   MappingProxyType({"packed_length": 256}), "packed_length", _packed_sequence),
         # RFA-Gate's gates σ(x_t·w + b), computed from the block input (Peng et al. 2021).
         StateKind("gates", ("gates",), MappingProxyType({}), None, _gates),
+        # Memory-compressed attention's learned strided convolutions W_K, W_V (Liu et al.
+        # 2018, §4.2.3); kernel_size is also the default stride.
+        StateKind("memory_conv", ("key_conv", "value_conv"),
+                  MappingProxyType({"kernel_size": 3}), "kernel_size", _memory_conv),
     )
 })

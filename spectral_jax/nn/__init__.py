@@ -14,6 +14,7 @@ from spectral_jax.nn._config import TransformerConfig
 from spectral_jax.nn._embedding import TokenEmbedding, sinusoidal_positions
 from spectral_jax.nn._encoder import EncoderBlock, TransformerEncoder
 from spectral_jax.nn._learned_state import GateState, InducingPointState, PackedSequenceState
+from spectral_jax.nn._memory_conv import MemoryConvState
 from spectral_jax.nn._state import (
     STATE_MODULES,
     ConvSkip,
@@ -33,6 +34,7 @@ __all__ = [
     "InducingPointState",
     "LandmarkRngState",
     "LengthProjectionState",
+    "MemoryConvState",
     "MultiHeadAttention",
     "PackedSequenceState",
     "RandomFeatureState",

@@ -23,6 +23,7 @@ from spectral_jax.attention import STATE_KINDS
 from spectral_jax.attention._state import LINFORMER_SHARING
 from spectral_jax.nn._checks import check_positive_int
 from spectral_jax.nn._learned_state import GateState, InducingPointState, PackedSequenceState
+from spectral_jax.nn._memory_conv import MemoryConvState
 from spectral_jax.nn._rngs import stream as _stream
 
 Array = jax.Array
@@ -160,10 +161,12 @@ class LengthProjectionState(nnx.Module):
 
 
 class LandmarkRngState(nnx.Module):
-    """A landmark-sampling rng stream: ``"landmarks"``, else ``"dropout"``, else ``"params"``.
+    """A sampling rng stream: ``"landmarks"``, else ``"dropout"``, else ``"params"``.
 
     Training calls get a fresh key; evaluation (``deterministic=True``) gets none, so the
-    method uses fixed landmarks and two evaluation calls are bitwise equal.
+    method uses its deterministic choice (Skyformer's evenly spaced landmarks, the clustered
+    methods' evenly spaced k-means start, ProbSparse's evenly spaced key sample) and two
+    evaluation calls are bitwise equal.
     """
 
     random = True
@@ -187,6 +190,7 @@ STATE_MODULES: dict[str, type[nnx.Module]] = {
     "inducing_points": InducingPointState,
     "packed_sequence": PackedSequenceState,
     "gates": GateState,
+    "memory_conv": MemoryConvState,
 }
 
 
