@@ -223,6 +223,7 @@ def test_spectral_shift_beats_nystrom_on_sharp_and_ties_on_diffuse(seed):
         assert ss <= 1.01 * nys, (m, nys, ss)
 
 
+@pytest.mark.slow  # ~40 s; the float64 formula tests cover δ in CI
 def test_delta_nonnegative_and_estimate_tracks_exact_trace():
     for regime, (q, k, v) in {"sharp": _sharp(3), "diffuse": _qkv64(4, (1, 256, 1, 16))}.items():
         est = float(sa.spectral_shift_delta(q, k, num_landmarks=16)[0, 0])
@@ -291,6 +292,7 @@ def test_skyformer_with_every_position_is_kernelized_attention():
     chex.assert_trees_all_close(out, sa.kernelized_attention(q[:1], k[:1], v[:1], mask=mask[:1]), atol=1e-8)
 
 
+@pytest.mark.slow  # ~50 s; exactness at every position is tested in CI
 def test_skyformer_error_falls_with_landmarks():
     q, k, v = (x.astype(jnp.float32) for x in _qkv64(16, (1, 256, 2, 16)))
     exact = sa.kernelized_attention(q, k, v)

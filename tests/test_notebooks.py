@@ -23,8 +23,16 @@ def test_notebooks_exist_and_are_stored_without_outputs():
                 assert cell.outputs == [] and cell.execution_count is None, path.name
 
 
+# The quickstart runs in CI; the study and the training notebook (about a minute each on
+# 2 cores) are marked slow and run with `-m slow`.
+_CI_NOTEBOOKS = ("01_quickstart",)
+
+
 @pytest.mark.notebook
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    [p if p.stem in _CI_NOTEBOOKS else pytest.param(p, marks=pytest.mark.slow) for p in NOTEBOOKS],
+    ids=lambda p: p.stem)
 def test_notebook_runs(path, monkeypatch):
     monkeypatch.setenv("SPECTRAL_JAX_NOTEBOOK_SMALL", "1")
     book = nbformat.read(path, as_version=4)

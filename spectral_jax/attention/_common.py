@@ -483,6 +483,16 @@ def _poison(out: Array, mask_ok: Array | None) -> Array:
     return jnp.where(mask_ok.reshape((-1,) + (1,) * (out.ndim - 1)), out, jnp.nan)
 
 
+def poison_invalid(out: Array, mask_ok: Array | None) -> Array:
+    """``out`` ``(batch..., n, heads, d)`` with NaN for each example whose traced mask was not
+    a padding mask (``mask_ok`` from :func:`padding_from_mask` with ``with_check=True``), for
+    methods that do not end in one :func:`lift`."""
+    if mask_ok is None:
+        return out
+    ok = mask_ok.reshape(out.shape[:-3])[..., None, None, None]
+    return jnp.where(ok, out, jnp.nan)
+
+
 def masked_softmax(logits: Array, valid: Array, axis: int = -1) -> Array:
     """Softmax over ``valid`` entries only; rows with no valid entry give zeros (not NaN).
 

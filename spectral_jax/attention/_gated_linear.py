@@ -214,9 +214,9 @@ def gated_linear_attention(
         raise ValueError(
             f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
         )
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     head = functools.partial(
         _gated_head, feature_map=feature_map, chunk_size=chunk_size,
         eps=_common.check_nonnegative_float(method, "eps", eps),
@@ -225,5 +225,5 @@ def gated_linear_attention(
     per_head_gates = jnp.swapaxes(gates.reshape(b, *gates.shape[-2:]), 1, 2)  # (B, H, n)
     return _common.lift(
         head, query, key, value, q_valid, k_valid, per_head_gates,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

@@ -167,11 +167,12 @@ def inducing_points_attention(
     points = check_summary_queries(method, "inducing_points", inducing_points, query)
     _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     summary = summarise(method, points, key, value, k_valid, scale=scale,
                         head_chunk_size=head_chunk_size)
-    return read_summary(method, query, summary, q_valid, scale=scale,
-                        head_chunk_size=head_chunk_size).astype(query.dtype)
+    out = read_summary(method, query, summary, q_valid, scale=scale,
+                       head_chunk_size=head_chunk_size)
+    return _common.poison_invalid(out, mask_ok).astype(query.dtype)
 

@@ -127,11 +127,11 @@ def local_attention(
             f"got {query.shape[-3]} and {key.shape[-3]}."
         )
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     head = functools.partial(_local_head, scale=scale, window=int(window), is_causal=is_causal)
     return _common.lift(
         head, query, key, value, q_valid, k_valid,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

@@ -32,10 +32,10 @@ def _prepare(
     packed_query = check_summary_queries(method, "packed_query", packed_query, query)
     _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
-    return packed_query, scale, q_valid, k_valid
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    return packed_query, scale, q_valid, k_valid, mask_ok
 
 
 def luna_pack(
@@ -75,11 +75,12 @@ def luna_pack(
       (2, 8, 4, 16)
     """
     method = "luna_pack"
-    packed_query, scale, _, k_valid = _prepare(
+    packed_query, scale, _, k_valid, mask_ok = _prepare(
         method, query, key, value, bias, mask, packed_query, scale, is_causal,
         query_seq_lengths, key_value_seq_lengths, head_chunk_size, flax_kwargs)
-    return summarise(method, packed_query, key, value, k_valid, scale=scale,
-                     head_chunk_size=head_chunk_size).astype(query.dtype)
+    packed = summarise(method, packed_query, key, value, k_valid, scale=scale,
+                       head_chunk_size=head_chunk_size)
+    return _common.poison_invalid(packed, mask_ok).astype(query.dtype)
 
 
 def luna_attention(
@@ -163,14 +164,16 @@ def luna_attention(
     """
     method = "luna_attention"
     _common.check_bool(method, "return_packed", return_packed)
-    packed_query, scale, q_valid, k_valid = _prepare(
+    packed_query, scale, q_valid, k_valid, mask_ok = _prepare(
         method, query, key, value, bias, mask, packed_query, scale, is_causal,
         query_seq_lengths, key_value_seq_lengths, head_chunk_size, flax_kwargs)
     check_value_dim(method, query, value)
-    packed = summarise(method, packed_query, key, value, k_valid, scale=scale,
-                       head_chunk_size=head_chunk_size)
+    packed = _common.poison_invalid(
+        summarise(method, packed_query, key, value, k_valid, scale=scale,
+                  head_chunk_size=head_chunk_size), mask_ok)
     out = read_summary(method, query, packed, q_valid, scale=scale,
-                       head_chunk_size=head_chunk_size).astype(query.dtype)
+                       head_chunk_size=head_chunk_size)
+    out = _common.poison_invalid(out, mask_ok).astype(query.dtype)
     if return_packed:
         return out, packed.astype(query.dtype)
     return out

@@ -190,9 +190,9 @@ def memory_compressed_attention(
     _common.check_positive_int(method, "stride", stride)
     check_causal_lengths(method, is_causal, query, key)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
     flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
@@ -202,5 +202,5 @@ def memory_compressed_attention(
     head = functools.partial(_memory_head, scale=scale, is_causal=is_causal)
     return _common.lift(
         head, query, unflat(memory_k), unflat(memory_v), q_valid, slot_last >= 0, slot_last,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

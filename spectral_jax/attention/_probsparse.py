@@ -159,9 +159,9 @@ def probsparse_attention(
         )
     _common.check_positive_int(method, "factor", factor)
     scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid = _common.padding_from_mask(
+    q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
     args = ()
     if rng is not None:
         _common.check_single_key(method, "rng", rng)
@@ -170,5 +170,5 @@ def probsparse_attention(
     return _common.lift(
         head, query, key, value, q_valid, k_valid,
         _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths), *args,
-        method=method, head_chunk_size=head_chunk_size,
+        method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)
