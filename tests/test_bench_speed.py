@@ -21,6 +21,7 @@ def test_peak_bytes_counts_arguments_outputs_and_temporaries():
     assert memory.peak_bytes(compiled) >= 3 * 256 * 256 * 4
 
 
+@pytest.mark.slow  # ~20 s; the registry tests differentiate every method in CI
 def test_every_benchmarked_function_compiles_forward_and_backward():
     # The GPU runs these same functions (and jax.nn.dot_product_attention may pick cuDNN
     # there): every method and mode must lower and compile, without running.

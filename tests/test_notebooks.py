@@ -23,9 +23,9 @@ def test_notebooks_exist_and_are_stored_without_outputs():
                 assert cell.outputs == [] and cell.execution_count is None, path.name
 
 
-# The quickstart runs in CI; the study and the training notebook (about a minute each on
-# 2 cores) are marked slow and run with `-m slow`.
-_CI_NOTEBOOKS = ("01_quickstart",)
+# Executing a notebook costs 30-60 s of CI's 2 cores each; they run with `-m slow` (the
+# README's Python snippets run in CI instead, tests/test_readme.py).
+_CI_NOTEBOOKS = ()
 
 
 @pytest.mark.notebook

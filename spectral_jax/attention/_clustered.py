@@ -119,6 +119,7 @@ def _improved_clustered_head(
 
 
 def _check_iterations(method: str, iterations: Any) -> None:
+    _common.reject_traced(method, "iterations", iterations)
     if (isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer))
             or iterations < 0):
         raise ValueError(
