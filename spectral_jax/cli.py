@@ -24,7 +24,7 @@ _SUBCOMMANDS = {
     "eval": "spectral_jax.train.cli",
     "table": "spectral_jax.train.cli",
     "sweep": "spectral_jax.train.sweep_cli",
-    "data": "spectral_jax.data.cli",
+    "data": "spectral_jax.data_cli",
     "bench": "spectral_jax.bench.cli",
 }
 

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from spectral_jax import cli as entry_point
-from spectral_jax.data import cli, listops_generator
+from spectral_jax import data_cli as cli
+from spectral_jax.data import listops_generator
 
 
 def _parser() -> argparse.ArgumentParser:

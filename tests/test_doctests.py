@@ -16,16 +16,17 @@ import pytest
 import spectral_jax
 
 PACKAGES = ("spectral_jax.attention", "spectral_jax.nn", "spectral_jax.data")
-EXTRA = ("spectral_jax._checks", "spectral_jax.cli")
+EXTRA = ("spectral_jax._checks", "spectral_jax._compiled", "spectral_jax.cli", "spectral_jax.data_cli")
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _fast_compiles():
     # Tiny examples: XLA's optimisation passes cost more than they save (about a quarter of
     # this file's CPU time), and the printed values are the same.
+    before = jax.config.read("jax_disable_most_optimizations")
     jax.config.update("jax_disable_most_optimizations", True)
     yield
-    jax.config.update("jax_disable_most_optimizations", False)
+    jax.config.update("jax_disable_most_optimizations", before)
 
 
 def _modules() -> list[str]:

@@ -10,6 +10,10 @@ import os
 
 import jax
 
+from spectral_jax._compiled import peak_bytes
+
+__all__ = ["ACCELERATOR_SAFETY_FACTOR", "CPU_SAFETY_FACTOR", "default_memory_budget_bytes", "peak_bytes"]
+
 # XLA's CPU buffer assignment undercounts what its runtime really holds: exact attention
 # forward+backward at n = 16384 (4 heads, d = 64, float32) is predicted at 12.1 GiB but was
 # OOM-killed at 24 GiB resident on a 24 GiB machine. On CPU only half of the available memory
@@ -52,35 +56,3 @@ def default_memory_budget_bytes(device: jax.Device | None = None) -> int:
         if "bytes_limit" in stats:
             return int(ACCELERATOR_SAFETY_FACTOR * stats["bytes_limit"])
     return int(CPU_SAFETY_FACTOR * _available_host_bytes())
-
-
-def peak_bytes(compiled: jax.stages.Compiled) -> int:
-    """Peak device memory of a compiled function from XLA's buffer assignment.
-
-    Arguments + outputs + temporaries − aliased bytes; ``peak_memory_in_bytes`` when XLA
-    reports a larger value (on CPU it counts only arguments and outputs).
-
-    Args:
-      compiled: ``jax.jit(f).lower(...).compile()``.
-
-    Returns:
-      Bytes, an int.
-
-    Raises:
-      NotImplementedError: the backend gives no memory analysis.
-
-    Example:
-      >>> import jax, jax.numpy as jnp
-      >>> from spectral_jax.bench.speed import peak_bytes
-      >>> c = jax.jit(lambda x: x @ x).lower(jnp.ones((256, 256))).compile()
-      >>> peak_bytes(c) >= 2 * 256 * 256 * 4
-      True
-    """
-    stats = compiled.memory_analysis()
-    if stats is None:
-        raise NotImplementedError(
-            f"memory_analysis() is not available on backend {jax.default_backend()!r}."
-        )
-    total = (stats.argument_size_in_bytes + stats.output_size_in_bytes
-             + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
-    return int(max(total, getattr(stats, "peak_memory_in_bytes", 0)))

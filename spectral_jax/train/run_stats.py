@@ -70,7 +70,7 @@ def step_peak_bytes(jitted: Any, *args: Any) -> int | None:
         >>> step_peak_bytes(jax.jit(lambda x: x @ x), jnp.ones((64, 64))) >= 2 * 64 * 64 * 4
         True
     """
-    from spectral_jax.bench.memory import peak_bytes
+    from spectral_jax._compiled import peak_bytes
 
     try:
         return peak_bytes(jitted.lower(*args).compile())
