@@ -1,10 +1,6 @@
-"""Building blocks for the LRA config files in ``configs/lra/``.
-
-Each task file (``configs/lra/listops.py`` ...) holds that task's numbers for every protocol and
-calls :func:`build_config`; this module holds what the files share: the argument parser for
-``get_config("attention=nystrom,protocol=small")``, the attention defaults (taken from the
-attention registry) and the config schema. The style follows big_vision's ``configs/common.py`` and the Flax examples'
-``configs/default.py``.
+"""What the LRA config files (``configs/lra/<task>.py``, one per task) share: the parser of
+``get_config("attention=nystrom,protocol=small")``, the attention defaults (from the
+registry) and the config schema, in the style of big_vision's ``configs/common.py``.
 """
 
 from __future__ import annotations
