@@ -7,7 +7,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from spectral_jax.attention import _common
 from spectral_jax.attention._landmarks import evenly_spaced_positions, random_positions
@@ -118,16 +117,6 @@ def _improved_clustered_head(
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
-def _check_iterations(method: str, iterations: Any) -> None:
-    _common.reject_traced(method, "iterations", iterations)
-    if (isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer))
-            or iterations < 0):
-        raise ValueError(
-            f"{method}(): `iterations` must be a non-negative int (Lloyd steps); got "
-            f"{iterations!r}."
-        )
-
-
 def _run(
     method: str, head: Any, query: Array, key: Array, value: Array, bias: Array | None,
     mask: Array | None, scale: Any, is_causal: bool, num_clusters: Any, iterations: Any,
@@ -136,7 +125,7 @@ def _run(
 ) -> Array:
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     _common.check_positive_int(method, "num_clusters", num_clusters)
-    _check_iterations(method, iterations)
+    _common.check_nonnegative_int(method, "iterations", iterations)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
