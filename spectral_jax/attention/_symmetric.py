@@ -34,42 +34,55 @@ def _symmetric_head(
     x = jnp.where(valid[:, None], x.astype(ct), 0.0)
     v = jnp.where(valid[:, None], v.astype(ct), 0.0)
     lm, lm_valid = segment_means(x, valid, num_landmarks)
+    root = scale**0.5
+    sq = jnp.sum(x * x, -1)
+    top = 0.0
     if kernel == "gaussian":
-        root = scale**0.5
-        kern = lambda a, b: gaussian_kernel(a * root, b * root)  # noqa: E731
-        diag = jnp.ones(x.shape[0], ct)
+        dsc = valid.astype(ct)
     else:
-        # exp(s·x·y − s·max‖x‖²) ≤ 1 by Cauchy–Schwarz: a constant factor that every closed
-        # form below carries linearly, and that row normalisation removes.
-        top = jnp.max(jnp.where(valid, jnp.sum(x * x, -1), -jnp.inf))
+        # exp(s·xᵢ·xⱼ) = Dᵢ·G_ij·Dⱼ with G the Gaussian kernel exp(−s‖xᵢ − xⱼ‖²/2) and
+        # Dᵢ = exp(s‖xᵢ‖²/2). Nyström of D G D with landmarks X̃ is D·(Nyström of G)·D (D_X̃
+        # cancels), so the factors below are G's: unit diagonal, entries in (0, 1], well
+        # conditioned. Row normalisation cancels Dᵢ; Dⱼ/max D (half the exponent range of
+        # exp(s·x·y − s·max‖x‖²)) scales the values. Forming K itself underflowed in float32
+        # for tokens of different norms, and its W⁺ lost the small tokens' directions.
+        top = jnp.max(jnp.where(valid, sq, -jnp.inf))
         top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
-        kern = lambda a, b: jnp.exp(scale * (a @ b.T - top))  # noqa: E731
-        diag = jnp.exp(scale * (jnp.sum(x * x, -1) - top))
-    c = kern(x, lm) * (valid[:, None] & lm_valid[None, :])  # (n, m) columns of K
-    w = kern(lm, lm) * (lm_valid[:, None] & lm_valid[None, :])  # (m, m)
+        dsc = jnp.where(valid, jnp.exp(0.5 * scale * (sq - top)), 0.0)
+    # The landmarks' own D (over the same max), needed only to form K for shift="trace".
+    dl = jnp.exp(0.5 * scale * (jnp.sum(lm * lm, -1) - top)) if kernel == "softmax" else (
+        jnp.ones(lm.shape[0], ct))
+    c = gaussian_kernel(x * root, lm * root) * (valid[:, None] & lm_valid[None, :])  # (n, m)
+    w = gaussian_kernel(lm * root, lm * root) * (lm_valid[:, None] & lm_valid[None, :])
     w_pinv = _psd_pinv(w, pinv_iterations)
     cw = c @ w_pinv  # (n, m): C W⁺, so that C W⁺ Cᵀ is never formed
+    dv = dsc[:, None] * v
     if shift == "diagonal":
-        # diag(K − C W⁺ Cᵀ), the Nyström residual's diagonal: ≥ 0 for an SPSD K (a Schur
-        # complement), up to rounding and an inexact W⁺, hence the clip. O(n·m²).
-        resid = jnp.where(valid, jnp.maximum(diag - jnp.sum(cw * c, -1), 0.0), 0.0)
-        out = cw @ (c.T @ v) + resid[:, None] * v
-        den = cw @ c.sum(0) + resid
+        # diag(G − C W⁺ Cᵀ), the Nyström residual's diagonal (G_ii = 1): ≥ 0 for an SPSD G (a
+        # Schur complement), up to rounding and an inexact W⁺, hence the clip. O(n·m²).
+        resid = jnp.where(valid, jnp.maximum(1.0 - jnp.sum(cw * c, -1), 0.0), 0.0)
+        out = cw @ (c.T @ dv) + (resid * dsc)[:, None] * v
+        den = cw @ (c.T @ dsc) + resid * dsc
     elif shift == "trace":
+        # Wang et al.'s model is K ≈ C U Cᵀ + δI on K itself (δI on K is δ/DᵢDⱼ on G, not a
+        # diagonal of G), so it is built from K's own columns, scaled by exp(−s·max‖x‖²).
+        kc = c * (dsc[:, None] * dl[None, :])
+        kw = w * (dl[:, None] * dl[None, :])
+        kw_pinv = _psd_pinv(kw, pinv_iterations)
         n_valid, m_valid = valid.sum(), lm_valid.sum()
-        ctc = c.T @ c
-        trace_k = jnp.sum(jnp.where(valid, diag, 0.0))
+        ctc = kc.T @ kc
+        trace_k = jnp.sum(dsc * dsc)
         delta = jnp.where(
             n_valid > m_valid,
-            jnp.maximum(trace_k - jnp.sum(w_pinv * ctc), 0.0) / jnp.maximum(n_valid - m_valid, 1),
+            jnp.maximum(trace_k - jnp.sum(kw_pinv * ctc), 0.0) / jnp.maximum(n_valid - m_valid, 1),
             0.0,
         )
-        u = w_pinv - delta * _psd_pinv(ctc, pinv_iterations)
-        out = c @ (u @ (c.T @ v)) + delta * v
-        den = c @ (u @ c.sum(0)) + delta * valid
+        u = kw_pinv - delta * _psd_pinv(ctc, pinv_iterations)
+        out = kc @ (u @ (kc.T @ v)) + delta * v
+        den = kc @ (u @ kc.sum(0)) + delta * valid
     else:
-        out = cw @ (c.T @ v)
-        den = cw @ c.sum(0)
+        out = cw @ (c.T @ dv)
+        den = cw @ (c.T @ dsc)
     if normalize:
         out = out / jnp.where(jnp.abs(den) > 1e-30, den, 1.0)[:, None]
     return jnp.where(valid[:, None], out, 0.0)
@@ -127,14 +140,16 @@ def symmetric_spectral_shift_attention(
     diffuse       0.997      0.381           0.990   12.5     0.120
     sharp         0.982      2.0e-4          0.984   2.0e-4   1.9e-4
     random_walk   0.135      0.116           0.136   0.286    0.109
-    varying_norm  1.61       1.08            1.000   1.09     0.999
+    varying_norm  1.61       1.08            1.000   1.09     0.998
     ============  =========  ==============  ======  =======  ==========
 
     With n_valid ≤ m every token is its own landmark and the result is exact (r = 0).
     ``normalize`` defaults to True for ``"softmax"`` (softmax-like rows) and False for
-    ``"gaussian"`` (kernelized attention is unnormalised). Softmax kernels of tokens with
-    very different norms are ill-conditioned in float32: results can change visibly with
-    rounding (e.g. between ``head_chunk_size`` settings). For general (non-symmetric)
+    ``"gaussian"`` (kernelized attention is unnormalised). The softmax kernel is computed as
+    D·G·D (Dᵢ = exp(s‖xᵢ‖²/2), G the Gaussian kernel; Nyström of D G D is D·(Nyström of G)·D),
+    so its factors stay well conditioned for tokens of very different norms; rows whose
+    approximate normaliser nearly cancels can still change visibly with rounding (e.g. between
+    ``head_chunk_size`` settings). For general (non-symmetric)
     softmax attention use :func:`spectral_shift_attention`.
 
     Args:
