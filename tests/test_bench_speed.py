@@ -43,6 +43,26 @@ def test_exact_memory_is_quadratic_nystrom_is_not():
     assert temp[("nystrom", 1024)] <= 2.5 * temp[("nystrom", 512)]
 
 
+def test_cost_analysis_counts_quadratic_exact_and_linear_nystrom_operations():
+    records = speed.run_speed(methods=["nystrom"], lengths=[512, 1024], run=False,
+                              cost_analysis=True, **SMALL)
+    flop = {(r["method"], r["length"], r["mode"]): r["gflop"] for r in records}
+    heads, d = SMALL["heads"], SMALL["head_dim"]
+    # Exact forward is at least QKᵀ and PV: 2 · 2·n²·d per head, and the count is all heads.
+    assert 4 * 1024**2 * d * heads / 1e9 <= flop["softmax", 1024, "fwd"]
+    for method, growth in (("softmax", 4.0), ("nystrom", 2.0)):
+        for mode in speed.MODES:
+            ratio = flop[method, 1024, mode] / flop[method, 512, mode]
+            assert abs(ratio - growth) < 0.15 * growth, (method, mode, ratio)
+        # The backward pass costs more than nothing and less than three forwards.
+        assert (1.5 < flop[method, 1024, "fwd_bwd"] / flop[method, 1024, "fwd"] < 4)
+    assert all(r["gbyte"] > 0 for r in records)
+    # Off by default: no extra compile.
+    plain = speed.run_speed(methods=["nystrom"], lengths=[64], run=False, modes=["fwd"],
+                            **SMALL)
+    assert all(r["gflop"] is None and r["gbyte"] is None for r in plain)
+
+
 def test_exact_attention_that_does_not_fit_is_skipped_before_running():
     # Exact forward+backward at n = 16384 with 4 heads needs > 8 GiB: it is only compiled
     # (no 16384² buffer is ever allocated) and reported as skipped.

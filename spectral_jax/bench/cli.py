@@ -97,7 +97,7 @@ def _speed(args: argparse.Namespace) -> int:
         head_dim=args.head_dim, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup,
         memory_budget_bytes=budget, modes=args.modes, head_chunk_size=args.head_chunk_size,
         exact_implementations=args.exact_impls, run=not args.compile_only,
-        progress=console.print, **budgets,
+        cost_analysis=args.cost_analysis, progress=console.print, **budgets,
     )
     records = speed.add_ratios(records)
     config = {k: v for k, v in vars(args).items() if k not in ("func", "budget")}
@@ -214,6 +214,9 @@ def add_parser(subparsers: Any) -> None:
                          "16-bit inputs; skipped with the reason where unavailable)")
     sp.add_argument("--compile-only", action="store_true",
                     help="compile and report memory without timing anything")
+    sp.add_argument("--cost-analysis", action="store_true",
+                    help="also report XLA's operation count per configuration (GFLOP, all "
+                         "heads at once, nothing rematerialised): unchanged by machine load")
     sp.add_argument("--out", default=DEFAULT_OUT["speed"],
                     help="writes OUT.json and OUT.png (the default folder is git-ignored)")
     sp.set_defaults(func=_speed)

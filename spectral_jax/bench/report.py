@@ -66,7 +66,9 @@ def speed_table(records: Sequence[dict[str, Any]], title: str = "bench speed") -
 
     Columns: forward and forward+backward median times (ms), forward+backward peak memory
     (MiB), forward+backward time and memory as a ratio to exact attention at the same
-    length, and the forward+backward growth factor per doubling of length.
+    length, and the forward+backward growth factor per doubling of length; with
+    ``cost_analysis``, XLA's forward+backward operation count (GFLOP, see
+    :func:`speed.slice_cost`).
 
     Example:
       >>> from spectral_jax.bench.report import speed_table
@@ -77,6 +79,9 @@ def speed_table(records: Sequence[dict[str, Any]], title: str = "bench speed") -
     for column in ("n", "method", "fwd ms", "fwd+bwd ms", "peak MiB", "time/exact",
                    "mem/exact", "growth/2×n"):
         table.add_column(column, justify="left" if column == "method" else "right")
+    costs = any(r.get("gflop") is not None for r in records)
+    if costs:
+        table.add_column("GFLOP", justify="right")
     rows: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
     for r in records:
         rows.setdefault((r["length"], r["method"]), {})[r["mode"]] = r
@@ -94,6 +99,7 @@ def speed_table(records: Sequence[dict[str, Any]], title: str = "bench speed") -
             _fmt(main.get("time_ratio"), ".3f"),
             _fmt(main.get("memory_ratio"), ".3f"),
             _fmt(main.get("growth_per_doubling"), ".2f") if not skipped else "—",
+            *((_fmt(main.get("gflop"), ".3g"),) if costs else ()),
         )
     return table
 

@@ -113,6 +113,7 @@ def run_speed(
     head_chunk_size: int | None = None,
     exact_implementations: Sequence[str] = (),
     run: bool = True,
+    cost_analysis: bool = False,
     progress: Callable[[str], None] | None = None,
     **budgets: int,
 ) -> list[dict[str, Any]]:
@@ -140,6 +141,8 @@ def run_speed(
         methods ``"softmax[xla]"`` / ``"softmax[cudnn]"``; one that does not compile here
         (cuDNN without a GPU, or with float32) is skipped with the reason.
       run: if False only compile and read memory (no timing); used by tests and dry runs.
+      cost_analysis: also record XLA's operation count, which no load on the machine
+        changes (see :func:`slice_cost`); one more compile per configuration.
       progress: called with one line per event (skips included).
       **budgets: a value per budget parameter of the registry (see
         :func:`spectral_jax.attention.budget_parameters`, e.g. ``num_landmarks=64``); a method whose parameter is
@@ -148,8 +151,10 @@ def run_speed(
     Returns:
       Records ``{"method", "length", "mode", "peak_bytes", "temp_bytes", "time_s" (median,
       seconds, None if not run), "times_s", "skipped" (None or the reason), "budget",
-      "compile_s", "minor_faults_per_call"}``; the last is the process's minor page faults
-      per timed call (None if not run, or without the ``resource`` module).
+      "compile_s", "minor_faults_per_call", "gflop", "gbyte"}``: ``minor_faults_per_call``
+      is the process's minor page faults per timed call (None if not run, or without the
+      ``resource`` module); ``gflop``/``gbyte`` come from :func:`slice_cost` (None unless
+      ``cost_analysis``).
 
     Raises:
       ValueError: unknown method, mode, dtype or budget parameter; non-positive sizes,
@@ -218,6 +223,7 @@ def run_speed(
                     "method": label, "length": n, "mode": mode, "budget": budget,
                     "peak_bytes": None, "temp_bytes": None, "time_s": None, "times_s": [],
                     "skipped": None, "compile_s": None, "minor_faults_per_call": None,
+                    "gflop": None, "gbyte": None,
                 }
                 start = time.perf_counter()
                 try:
@@ -232,6 +238,10 @@ def run_speed(
                     plan.append((record, None, state))
                     continue
                 record["compile_s"] = time.perf_counter() - start
+                if cost_analysis:
+                    record["gflop"], record["gbyte"] = slice_cost(
+                        name, mode, budget, impl, length=n, head_dim=head_dim, dtype=jdtype,
+                        slices=batch * heads)
                 record["peak_bytes"] = peak_bytes(compiled)
                 record["temp_bytes"] = int(compiled.memory_analysis().temp_size_in_bytes)
                 if record["peak_bytes"] > memory_budget_bytes:
@@ -270,6 +280,38 @@ def run_speed(
             + ("" if faults is None else f", {faults:.0f} page faults/call"))
         del q, k, v
     return records
+
+
+def slice_cost(
+    name: str, mode: str, budget: int | None, implementation: str | None = None, *,
+    length: int, head_dim: int, dtype: Any = jnp.float32, slices: int = 1,
+) -> tuple[float, float]:
+    """XLA's floating-point operations and bytes accessed, in units of 10⁹, for ``slices``
+    (example, head) slices of :func:`benchmark_function`.
+
+    One slice (batch 1, 1 head) is compiled and its ``cost_analysis()`` multiplied by
+    ``slices``: that is the program accelerators run (all heads at once, nothing
+    rematerialised). XLA counts a loop's body once, so the CPU default, a loop over head
+    chunks, would undercount; its rematerialisation adds about one forward pass to
+    ``fwd_bwd``. Counts do not depend on the machine's load, which makes them the steady
+    ratio to set beside noisy times.
+
+    Example:
+      >>> from spectral_jax.bench.speed import slice_cost
+      >>> flop, _ = slice_cost("softmax", "fwd", None, length=64, head_dim=8)
+      >>> 2 * 2 * 64 * 64 * 8 / 1e9 <= flop < 3 * 2 * 64 * 64 * 8 / 1e9  # QKᵀ and PV
+      True
+    """
+    spec = jax.ShapeDtypeStruct((1, length, 1, head_dim), dtype)
+    state = methods_lib.make_state(name, jax.random.key(0), budget=budget, length=length,
+                                   head_dim=head_dim)
+    state_spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state)
+    compiled = jax.jit(benchmark_function(name, mode, budget, None, implementation)).lower(
+        spec, spec, spec, state_spec).compile()
+    cost = compiled.cost_analysis()
+    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+    return (slices * float(cost.get("flops", 0.0)) / 1e9,
+            slices * float(cost.get("bytes accessed", 0.0)) / 1e9)
 
 
 def _minor_faults() -> int | None:
