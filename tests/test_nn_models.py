@@ -213,6 +213,22 @@ def test_cls_token_adds_one_position_and_learned_positions_shape():
     assert out.shape == (1, LENGTH + 1, 16)
 
 
+def test_embed_init_std_sets_token_scale_and_leaves_positions_alone():
+    # The small protocol's reference draws tokens like positions, N(0, 0.02); LRA's JAX code
+    # draws tokens N(0, 1). 32 x 16 draws: the sample std is within 15% of the target.
+    for std in (1.0, 0.02):
+        model = SequenceClassifier(
+            _config(positional="learned", embed_init_std=std, vocab_size=VOCAB),
+            rngs=nnx.Rngs(0))
+        table = np.asarray(model.encoder.embedding.embed.embedding[...])
+        positions = np.asarray(model.encoder.embedding.position_table[...])
+        assert abs(table.std() / std - 1.0) < 0.15
+        assert abs(positions.std() / 0.02 - 1.0) < 0.15
+    for bad in (0.0, -0.02):
+        with pytest.raises(ValueError, match=f"embed_init_std.*{bad}"):
+            _config(embed_init_std=bad)
+
+
 def test_bad_model_configuration_and_inputs():
     rngs = nnx.Rngs(0)
     with pytest.raises(ValueError, match="pooling.*'max'"):

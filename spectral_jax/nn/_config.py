@@ -48,6 +48,10 @@ class TransformerConfig:
         pooling: ``"cls"`` (prepend a learned CLS token, take its output) or ``"mean"`` (mean
           over valid tokens only); :data:`POOLINGS`.
         positional: ``"sinusoidal"`` (fixed) or ``"learned"``; :data:`POSITIONALS`.
+        embed_init_std: standard deviation of the token embedding's normal init (LRA's JAX
+          code: 1.0; the Nyströmformer/Skyformer PyTorch code: 0.02, the same as its learned
+          positions, which LRA also draws with 0.02). It sets how loud positions are next to
+          tokens: at 1.0 a learned position is 1/50 of its token's vector.
         interaction: dual encoder only: ``"concat"`` ([u, v]) or ``"nli"`` ([u, v, u*v, u-v]);
           :data:`INTERACTIONS`.
         use_bias: biases on the query/key/value/output projections (LRA's JAX code: False;
@@ -88,6 +92,7 @@ class TransformerConfig:
     attention_kwargs: tuple[tuple[str, Any], ...] = ()
     pooling: Literal["cls", "mean"] = "mean"
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+    embed_init_std: float = 1.0
     interaction: Literal["concat", "nli"] = "concat"
     use_bias: bool = True
     is_causal: bool = False
@@ -128,5 +133,8 @@ def check_fields(values: Mapping[str, Any], *, owner: str = "TransformerConfig",
         if name in values:
             _checks.number(owner, prefix + name, values[name], low=0.0, high=1.0,
                            high_open=True)
+    if "embed_init_std" in values:
+        _checks.number(owner, prefix + "embed_init_std", values["embed_init_std"], low=0.0,
+                       low_open=True)
     if "use_bias" in values:
         _checks.boolean(owner, prefix + "use_bias", values["use_bias"])

@@ -44,15 +44,16 @@ def sinusoidal_positions(length: int, features: int) -> np.ndarray:
 class TokenEmbedding(nnx.Module):
     """Token ids to vectors: embed, optionally prepend a learned CLS vector, add positions.
 
-    Follows LRA's ``transformer.py``: embedding init N(0, 1), no √d scaling; the CLS vector
-    (init zeros) is prepended before positions are added, so it takes position 0; learned
-    positions init N(0, 0.02); dropout after adding positions.
+    Follows LRA's ``transformer.py``: embedding init N(0, 1) (``embed_init_std`` changes it),
+    no √d scaling; the CLS vector (init zeros) is prepended before positions are added, so it
+    takes position 0; learned positions init N(0, 0.02); dropout after adding positions.
 
     Args:
         vocab_size: number of token ids.
         features: embedding width.
         max_length: longest token sequence (the CLS token adds one position).
         positional: ``"sinusoidal"`` or ``"learned"``.
+        embed_init_std: standard deviation of the token embedding's normal init.
         cls_token: prepend a learned CLS vector.
         dropout_rate: dropout on the summed embeddings.
         dtype: computation dtype.
@@ -77,6 +78,7 @@ class TokenEmbedding(nnx.Module):
         max_length: int,
         *,
         positional: str = "sinusoidal",
+        embed_init_std: float = 1.0,
         cls_token: bool = False,
         dropout_rate: float = 0.0,
         dtype: Any = None,
@@ -87,6 +89,8 @@ class TokenEmbedding(nnx.Module):
                             ("max_length", max_length)):
             _checks.positive_int("TokenEmbedding", name, value)
         _checks.choice("TokenEmbedding", "positional", positional, POSITIONALS)
+        _checks.number("TokenEmbedding", "embed_init_std", embed_init_std, low=0.0,
+                       low_open=True)
         self.max_length = max_length
         self.positional = positional
         self.dtype = dtype
@@ -95,7 +99,7 @@ class TokenEmbedding(nnx.Module):
             features,
             dtype=dtype,
             param_dtype=param_dtype,
-            embedding_init=nnx.initializers.normal(1.0),
+            embedding_init=nnx.initializers.normal(embed_init_std),
             rngs=rngs,
         )
         self.cls = (

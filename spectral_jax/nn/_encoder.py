@@ -140,6 +140,7 @@ class TransformerEncoder(nnx.Module):
             config.embed_dim,
             config.max_length,
             positional=config.positional,
+            embed_init_std=config.embed_init_std,
             cls_token=cls_token,
             dropout_rate=config.dropout_rate,
             dtype=config.dtype,
