@@ -191,6 +191,30 @@ def test_same_seed_same_metrics_and_overwrite(tmp_path):
     assert json.loads((tmp_path / "a/config.json").read_text())["seed"] == 1
 
 
+def test_relative_data_dir_in_a_committed_run_reopens(tmp_path, monkeypatch):
+    # A run committed to a repository records data.dir relative; resuming it from the
+    # repository root, with the path in any spelling, must be accepted and leave the file as is.
+    from spectral_jax.train.run import config_mismatch, open_for_training
+
+    cfg, workdir = _listops_config(tmp_path), tmp_path / "run"
+    with open_for_training(cfg, str(workdir)):
+        pass
+    recorded = json.loads((workdir / "config.json").read_text())
+    assert recorded["data"]["dir"] == str(tmp_path / "listops")
+    recorded["data"]["dir"] = "listops"
+    (workdir / "config.json").write_text(json.dumps(recorded))
+    monkeypatch.chdir(tmp_path)
+    for given in ("listops", "./listops", str(tmp_path / "listops")):
+        cfg.data.dir = given
+        assert config_mismatch(str(workdir), cfg) is None
+    with open_for_training(cfg, str(workdir)):
+        pass
+    assert json.loads((workdir / "config.json").read_text())["data"]["dir"] == "listops"
+    cfg.data.dir = "elsewhere"
+    with pytest.raises(ValueError, match=r"different config \(data\.dir: '.*listops' there"):
+        open_for_training(cfg, str(workdir))
+
+
 def test_resume_after_kill_continues_identically(tmp_path):
     cfg = _listops_config(tmp_path, "train.steps=6", "train.eval_every=2",
                           "model.dropout_rate=0.2")

@@ -122,6 +122,14 @@ def test_sweep_skips_resumes_records_failures_and_tabulates(tmp_path, monkeypatc
     md = (out / "table.md").read_text()
     assert f"| {out}/linear-seed1 | linear | 1 | diverged: training loss is NaN" in md
 
+    # Another config over the same folders is refused, naming the first field that differs;
+    # the data folder spelled relative is the same folder.
+    monkeypatch.chdir(tmp_path)
+    relative = [*_overrides(Path("listops")), "train.steps=5"]
+    with pytest.raises(ValueError, match=r"softmax-seed0 \(train\.steps: 4 there, 5 now\)"):
+        sweep.run_sweep(LISTOPS, ("softmax",), [0], str(out), relative, in_process=True,
+                        say=lambda _: None)
+
     # `table DIR/*` (which also matches table.md, table.json, the plot) reproduces all of it.
     parser = argparse.ArgumentParser()
     cli.add_parser(parser.add_subparsers(dest="command"))

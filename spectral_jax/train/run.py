@@ -302,17 +302,31 @@ def restore_for_evaluation(
     return run, state, step
 
 
-def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
+def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | None:
+    """What differs between ``config`` and the run already in ``workdir`` (None: same or none).
+
+    Both ``data.dir`` values are resolved (a relative one against the current directory)
+    before the comparison, so a run committed with a relative ``data.dir`` resumes from the
+    folder that path names, and ``data`` or ``./data`` or its absolute path are the same.
+    """
     path = os.path.join(workdir, CONFIG_FILE)
     if not os.path.exists(path):
-        return
+        return None
     with open(path) as f:
         existing = json.load(f)
     wanted = json.loads(config.to_json(sort_keys=True))
-    if existing != wanted:
+    for recorded in (existing, wanted):
+        if isinstance(recorded.get("data"), dict) and isinstance(recorded["data"].get("dir"), str):
+            recorded["data"]["dir"] = os.path.realpath(recorded["data"]["dir"])
+    return None if existing == wanted else _diff(existing, wanted)
+
+
+def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
+    why = config_mismatch(workdir, config)
+    if why is not None:
         raise ValueError(
             f"workdir={workdir!r} holds a run with a different config "
-            f"({_diff(existing, wanted)}); use another --workdir, or --overwrite to delete that run"
+            f"({why}); use another --workdir, or --overwrite to delete that run"
         )
 
 
@@ -325,7 +339,12 @@ def _write_workdir(workdir: str, config: ml_collections.ConfigDict, *, overwrite
             elif os.path.exists(target):
                 os.remove(target)
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
+    path = os.path.join(workdir, CONFIG_FILE)
+    if os.path.exists(path):
+        # A resumed run keeps its config.json as written (``_check_workdir`` found it equal),
+        # so a committed run's relative data.dir survives resuming it.
+        return
+    with open(path, "w") as f:
         f.write(config.to_json(sort_keys=True, indent=2))
 
 

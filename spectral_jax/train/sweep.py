@@ -159,6 +159,9 @@ def run_sweep(
     Example:
         >>> # run_sweep("configs/lra/listops.py:quick", ("softmax", "nystrom"), [0, 1], "sw")
     """
+    # Imported here like the module's other training imports: plan() and tables need no jax.
+    from spectral_jax.train.run import config_mismatch
+
     runs = plan(config, methods, seeds, workdir, overrides)
     configs = {}
     for run in runs:
@@ -167,7 +170,7 @@ def run_sweep(
         except USER_ERRORS as e:
             configs[run.name] = e
     stale = [(run, why) for run in runs if not isinstance(configs[run.name], Exception)
-             and (why := _config_mismatch(run.workdir, configs[run.name]))]
+             and (why := config_mismatch(run.workdir, configs[run.name]))]
     if stale and not overwrite:
         names = "; ".join(f"{r.workdir} ({why})" for r, why in stale)
         raise ValueError(f"run folders hold runs with a different config: {names}. Use another "
@@ -255,28 +258,6 @@ def _load(run: SweepRun):
     from spectral_jax.train.cli import load_config
 
     return load_config(run.config_spec, list(run.overrides))
-
-
-def _config_mismatch(workdir: str, config) -> str | None:
-    """What differs between ``config`` and the run already in ``workdir`` (None: same or none).
-
-    ``train_and_evaluate`` stores ``data.dir`` absolute; the comparison does the same.
-    """
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        existing = json.load(f)
-    wanted = json.loads(config.to_json(sort_keys=True))
-    wanted["data"]["dir"] = os.path.abspath(wanted["data"]["dir"])
-    if existing == wanted:
-        return None
-    from spectral_jax.train.table import flatten
-
-    old, new = flatten(existing), flatten(wanted)
-    key = next(k for k in sorted(set(old) | set(new))
-               if old.get(k, "<missing>") != new.get(k, "<missing>"))
-    return f"{key}: {old.get(key, '<missing>')!r} there, {new.get(key, '<missing>')!r} now"
 
 
 def _train_here(config, workdir: str, *, overwrite: bool) -> str | None:
