@@ -246,6 +246,36 @@ def test_incomplete_checkpoint_is_skipped_with_a_warning(tmp_path, remove):
     assert (tmp_path / "4.incomplete").is_dir()
 
 
+# --- the best checkpoint survives a resume ------------------------------------------------
+
+@pytest.mark.parametrize("metrics_on_disk", [True, False])
+def test_best_checkpoint_survives_reopening(tmp_path, metrics_on_disk):
+    import shutil
+
+    from flax import nnx
+
+    from spectral_jax.train.checkpoint import Checkpointer
+    state = nnx.state(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+    ckpt = Checkpointer(str(tmp_path), keep=1)
+    for step, accuracy in ((1, 0.9), (2, 0.1)):
+        ckpt.save(step, state, {"step": step}, accuracy)
+    ckpt.close()
+    assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [1, 2]
+    if not metrics_on_disk:  # as written before the metrics were saved
+        for step in (1, 2):
+            shutil.rmtree(tmp_path / str(step) / "metrics")
+    # A resumed run used to forget every metric, so its first save deleted step 1, the best,
+    # and the final test evaluation of the best checkpoint then failed.
+    reopened = Checkpointer(str(tmp_path), keep=1)
+    for step, accuracy in ((3, 0.2), (4, 0.3)):
+        reopened.save(step, state, {"step": step}, accuracy)
+    reopened.close()
+    kept = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
+    assert kept == ([1, 4] if metrics_on_disk else [1, 2, 4])
+    _, meta = Checkpointer(str(tmp_path), keep=1).restore(1, state)
+    assert meta == {"step": 1}
+
+
 # --- loading Path-X warns once about the release's known fault --------------------------
 
 def test_pathx_warns_once_naming_lra_issue_38(tmp_path, monkeypatch):

@@ -23,7 +23,9 @@ class Checkpointer:
     """Saves ``(state, meta)`` at evaluation steps under ``directory``.
 
     Keeps the ``keep`` most recent checkpoints plus the one with the highest validation accuracy
-    (ties go to the later step, as orbax's ``BestN`` ranks them). ``state`` is an ``nnx.State``
+    (ties go to the later step, as orbax's ``BestN`` ranks them). Each step stores its
+    accuracy beside it (``metrics/``), so a resumed run still knows which one is best; a step
+    saved without one (by an older version) is never deleted. ``state`` is an ``nnx.State``
     (model and optimizer, without RNG streams); ``meta`` a small JSON dict (best so far,
     wall time). Saves are asynchronous; :meth:`close` waits for them.
 
@@ -52,16 +54,21 @@ class Checkpointer:
             raise ValueError(f"train.keep_checkpoints={keep!r} must be an int >= 1")
         directory = os.path.abspath(directory)
         _set_aside_incomplete(directory)
+        metric = lambda metrics: metrics[BEST_METRIC]  # noqa: E731
         policy = ocp.checkpoint_managers.AnyPreservationPolicy([
             ocp.checkpoint_managers.LatestN(n=keep),
+            # A checkpoint whose metric is unknown (saved before metrics were written to
+            # disk) is kept: it may be the best, and only a fresh process cannot tell.
             ocp.checkpoint_managers.BestN(
-                get_metric_fn=lambda metrics: metrics[BEST_METRIC], reverse=False, n=1,
-                keep_checkpoints_without_metrics=False,
+                get_metric_fn=metric, reverse=False, n=1, keep_checkpoints_without_metrics=True,
             ),
         ])
         self._manager = ocp.CheckpointManager(
             directory,
-            options=ocp.CheckpointManagerOptions(preservation_policy=policy, create=True),
+            # Without ``best_fn`` orbax keeps the metrics in memory only, so a resumed run
+            # saw none and its first save deleted the best checkpoint.
+            options=ocp.CheckpointManagerOptions(
+                preservation_policy=policy, best_fn=metric, best_mode="max", create=True),
             item_names=("state", "meta"),
         )
 
