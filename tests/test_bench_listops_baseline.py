@@ -49,3 +49,51 @@ def test_first_operator_rule_and_scores(tmp_path, capsys):
     assert len(lines) == 2
     for line in lines:
         assert "training majority label 25.00%" in line and "first operator 50.00%" in line
+
+
+def _load_token_frequency():
+    path = ROOT / "benchmarks/lra_listops/token_frequency_baseline.py"
+    spec = importlib.util.spec_from_file_location("token_frequency_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_token_frequency_baseline_sees_counts_not_positions(tmp_path, capsys):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def expression(major: str, minor: str) -> str:
+        n_major = int(rng.integers(3, 8))
+        n_minor = int(rng.integers(0, n_major))
+        args = [major] * n_major + [minor] * n_minor
+        rng.shuffle(args)
+        return "( [MAX " + " ".join(args) + " ] )"
+
+    # The label is whichever of 9 and 0 occurs more often: token shares decide it.
+    rows = [(expression("9", "0"), 9) if i % 2 else (expression("0", "9"), 0)
+            for i in range(160)]
+    _write(tmp_path / SPLIT_FILES["train"], rows[:120])
+    for split in ("validation", "test"):
+        _write(tmp_path / SPLIT_FILES[split], rows[120:])
+    argv, sys.argv = sys.argv, ["token_frequency_baseline.py", str(tmp_path), "--steps", "200"]
+    try:
+        _load_token_frequency().main()
+    finally:
+        sys.argv = argv
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[2] for line in lines] == ["softmax", "MLP,"]
+    for line in lines:
+        assert "validation 100.00%" in line and "test 100.00%" in line
+
+    # Same tokens in a different order: the features are identical, so the fitted classifier
+    # predicts one label for all, whatever the label's dependence on the first position.
+    script = _load_token_frequency()
+    ids = [np.array([3, 5, 5, 7]), np.array([5, 3, 7, 5]), np.array([7, 5, 3, 5])] * 10
+    labels = np.array([0, 1, 2] * 10)
+    x = script.features(ids, 17)
+    assert np.ptp(x, axis=0).max() == 0.0
+    predict = script.fit(x, labels, hidden=0, steps=50, learning_rate=0.05)
+    assert len(set(predict(x).tolist())) == 1
+    assert np.mean(predict(x) == labels) <= 1 / 3 + 1e-9
