@@ -1,4 +1,4 @@
-"""``benchmarks/lra_listops/first_operator_baseline.py``: the one-token reference accuracies."""
+"""The reference accuracies of `benchmarks/lra_listops/`: first operator, token frequencies."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from spectral_jax.data.listops import SPLIT_FILES
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_script():
-    path = ROOT / "benchmarks/lra_listops/first_operator_baseline.py"
-    spec = importlib.util.spec_from_file_location("first_operator_baseline", path)
+def _load_script(name: str = "first_operator_baseline"):
+    path = ROOT / f"benchmarks/lra_listops/{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -51,14 +51,6 @@ def test_first_operator_rule_and_scores(tmp_path, capsys):
         assert "training majority label 25.00%" in line and "first operator 50.00%" in line
 
 
-def _load_token_frequency():
-    path = ROOT / "benchmarks/lra_listops/token_frequency_baseline.py"
-    spec = importlib.util.spec_from_file_location("token_frequency_baseline", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_token_frequency_baseline_sees_counts_not_positions(tmp_path, capsys):
     import numpy as np
 
@@ -79,7 +71,7 @@ def test_token_frequency_baseline_sees_counts_not_positions(tmp_path, capsys):
         _write(tmp_path / SPLIT_FILES[split], rows[120:])
     argv, sys.argv = sys.argv, ["token_frequency_baseline.py", str(tmp_path), "--steps", "200"]
     try:
-        _load_token_frequency().main()
+        _load_script("token_frequency_baseline").main()
     finally:
         sys.argv = argv
     lines = capsys.readouterr().out.splitlines()
@@ -89,7 +81,7 @@ def test_token_frequency_baseline_sees_counts_not_positions(tmp_path, capsys):
 
     # Same tokens in a different order: the features are identical, so the fitted classifier
     # predicts one label for all, whatever the label's dependence on the first position.
-    script = _load_token_frequency()
+    script = _load_script("token_frequency_baseline")
     ids = [np.array([3, 5, 5, 7]), np.array([5, 3, 7, 5]), np.array([7, 5, 3, 5])] * 10
     labels = np.array([0, 1, 2] * 10)
     x = script.features(ids, 17)
