@@ -26,6 +26,7 @@ import numpy as np
 
 from spectral_jax.attention import nystrom_attention, spectral_shift_attention, spectral_shift_delta
 from spectral_jax.bench.inputs import REGIMES, make_inputs
+from spectral_jax.bench.speed import compiled_cost
 
 
 def full(q, k, v, m):
@@ -66,9 +67,7 @@ def slice_flops(fn, length: int, head_dim: int, num_landmarks: int) -> float:
     spec = jax.ShapeDtypeStruct((1, length, 1, head_dim), jnp.float32)
     loss = lambda q, k, v: jnp.sum(fn(q, k, v, num_landmarks))  # noqa: E731
     compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(spec, spec, spec).compile()
-    cost = compiled.cost_analysis()
-    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
-    return float(cost.get("flops", 0.0)) / 1e9
+    return compiled_cost(compiled)[0]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -94,15 +94,17 @@ def main() -> None:
     args = parser.parse_args()
     ids, labels = read_tsv(args.data_dir / SPLIT_FILES["train"])
     x = features(ids, args.vocab_size)
-    held_out = {split: read_tsv(args.data_dir / SPLIT_FILES[split])
-                for split in ("validation", "test")}
+    held_out = {}
+    for split in ("validation", "test"):
+        split_ids, split_labels = read_tsv(args.data_dir / SPLIT_FILES[split])
+        held_out[split] = features(split_ids, args.vocab_size), split_labels
     for hidden in args.hidden:
         predict = fit(x, labels, hidden=hidden, steps=args.steps,
                       learning_rate=args.learning_rate)
         model = "softmax regression" if hidden == 0 else f"MLP, {hidden} hidden"
         scores = [f"train {100 * np.mean(predict(x) == labels):.2f}%"]
-        for split, (split_ids, split_labels) in held_out.items():
-            acc = np.mean(predict(features(split_ids, args.vocab_size)) == split_labels)
+        for split, (split_x, split_labels) in held_out.items():
+            acc = np.mean(predict(split_x) == split_labels)
             scores.append(f"{split} {100 * acc:.2f}%")
         print(f"token frequencies, {model:<20} " + "  ".join(scores))
 

@@ -308,10 +308,19 @@ def slice_cost(
     state_spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state)
     compiled = jax.jit(benchmark_function(name, mode, budget, None, implementation)).lower(
         spec, spec, spec, state_spec).compile()
+    flop, byte = compiled_cost(compiled)
+    return slices * flop, slices * byte
+
+
+def compiled_cost(compiled: Any) -> tuple[float, float]:
+    """A compiled program's XLA floating-point operations and bytes accessed, in 10⁹.
+
+    ``cost_analysis()`` returns a dict, or a one-element list of it on older JAX, or None
+    where the backend gives no analysis (then both counts are 0).
+    """
     cost = compiled.cost_analysis()
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
-    return (slices * float(cost.get("flops", 0.0)) / 1e9,
-            slices * float(cost.get("bytes accessed", 0.0)) / 1e9)
+    return float(cost.get("flops", 0.0)) / 1e9, float(cost.get("bytes accessed", 0.0)) / 1e9
 
 
 def _minor_faults() -> int | None:
