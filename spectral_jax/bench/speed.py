@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spectral_jax._compiled import compiled_cost
 from spectral_jax.attention import (
     BASELINE,
     available_attentions,
@@ -311,16 +312,6 @@ def slice_cost(
     flop, byte = compiled_cost(compiled)
     return slices * flop, slices * byte
 
-
-def compiled_cost(compiled: Any) -> tuple[float, float]:
-    """A compiled program's XLA floating-point operations and bytes accessed, in 10⁹.
-
-    ``cost_analysis()`` returns a dict, or a one-element list of it on older JAX, or None
-    where the backend gives no analysis (then both counts are 0).
-    """
-    cost = compiled.cost_analysis()
-    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
-    return float(cost.get("flops", 0.0)) / 1e9, float(cost.get("bytes accessed", 0.0)) / 1e9
 
 
 def _minor_faults() -> int | None:
