@@ -16,7 +16,8 @@ import pytest
 import spectral_jax
 
 PACKAGES = ("spectral_jax.attention", "spectral_jax.nn", "spectral_jax.data")
-EXTRA = ("spectral_jax._checks", "spectral_jax._compiled", "spectral_jax.cli", "spectral_jax.data_cli")
+EXTRA = ("spectral_jax._checks", "spectral_jax._compiled", "spectral_jax.cli", "spectral_jax.data_cli",
+         "spectral_jax.train.interrupt", "spectral_jax.train.extend")
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -258,11 +258,10 @@ def test_resume_after_kill_continues_identically(tmp_path):
     strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("_per_s")} for r in rs]
     got = strip(read_metrics(str(tmp_path / "resumed/metrics.jsonl")))
     want = strip(read_metrics(str(tmp_path / "ref/metrics.jsonl")))
-    assert [(r["step"], r["split"]) for r in got] == [(r["step"], r["split"]) for r in want]
-    numeric = lambda rs: [{k: v for k, v in r.items() if k != "split"} for r in rs]
-    chex.assert_trees_all_close(numeric(got), numeric(want), rtol=1e-5)
+    # Bit-exact: the same programs on the same 8 CPU devices, whichever process runs them.
+    assert got == want
     result = json.loads((tmp_path / "resumed/results.json").read_text())
-    assert result["test_loss"] == pytest.approx(reference["test_loss"], rel=1e-5)
+    assert result["test_loss"] == reference["test_loss"]
 
 
 def test_eight_devices_match_one(tmp_path):

@@ -13,6 +13,7 @@ from typing import Any
 
 _EXPORTS = {
     "TrainingDiverged": "loop",
+    "TrainingInterrupted": "interrupt",
     "evaluate": "loop",
     "evaluate_checkpoint": "loop",
     "train_and_evaluate": "loop",

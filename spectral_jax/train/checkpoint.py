@@ -13,6 +13,9 @@ from flax import nnx
 from spectral_jax.train.writers import _jsonable
 
 BEST_METRIC = "val_accuracy"
+# The metric of a step saved without a validation (on a stop signal): below any accuracy, so
+# it is never the best, and it ages out like any other recent checkpoint.
+UNVALIDATED = -1.0
 # What a finished save leaves in a step directory: orbax's step metadata, then per item its
 # own metadata file (written last by the handlers).
 REQUIRED_FILES = ("_CHECKPOINT_METADATA", os.path.join("state", "_METADATA"),
@@ -78,8 +81,15 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return list(self._manager.all_steps())
 
-    def save(self, step: int, state: nnx.State, meta: dict[str, Any], val_accuracy: float) -> None:
-        """Starts an asynchronous save of ``state`` and ``meta`` at ``step``."""
+    def save(self, step: int, state: nnx.State, meta: dict[str, Any],
+             val_accuracy: float | None) -> None:
+        """Starts an asynchronous save of ``state`` and ``meta`` at ``step``.
+
+        ``val_accuracy`` None: a step saved between validations, ranked below every
+        validated one (:data:`UNVALIDATED`).
+        """
+        if val_accuracy is None:
+            val_accuracy = UNVALIDATED
         self._manager.save(
             step,
             args=ocp.args.Composite(

@@ -12,7 +12,10 @@ then overrides one field (VALUE parsed by the field's type), as with
 ``ml_collections.config_flags`` but without absl; the method's defaults and budget caps are
 resolved after all overrides (:mod:`spectral_jax.train.overrides`). Errors in the config, the
 data directory or the workdir print one message and exit with status 2; a diverged run exits
-with status 1 (both reported by :func:`spectral_jax.cli.main`).
+with status 1 (both reported by :func:`spectral_jax.cli.main`). SIGINT (Ctrl-C) or SIGTERM
+stops ``train`` after the current step, checkpointed, with the line ``interrupted at step N;
+checkpoint saved; rerun the same command to resume`` and exit status 130 or 143
+(:mod:`spectral_jax.train.interrupt`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import importlib.util
 import json
 import os
+import sys
 from typing import Any
 
 import ml_collections
@@ -67,7 +71,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     train = subparsers.add_parser(
         "train", help="train and evaluate an LRA config",
         description="Train, evaluate on validation, checkpoint, and report test accuracy. "
-        "Re-running the same command resumes from the last checkpoint. Extra "
+        "Re-running the same command resumes from the last checkpoint; Ctrl-C or SIGTERM "
+        "stops after the current step with a checkpoint (exit status 130 or 143). Extra "
         "--config.FIELD=VALUE arguments override config fields.",
     )
     train.add_argument("--config", required=True, help="FILE.py[:ARG], e.g. "
@@ -75,6 +80,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--workdir", required=True, help="run directory (checkpoints, logs)")
     train.add_argument("--overwrite", action="store_true",
                        help="delete a previous run with another config in --workdir")
+    train.add_argument("--extend", action="store_true",
+                       help="continue the (finished) run in --workdir to a larger "
+                       "--config.train.steps, nothing else changed; the learning-rate schedule "
+                       "is re-evaluated for the new total, so rsqrt and constant continue "
+                       "unchanged and cosine and linear decay stretch to end at the new total "
+                       "(recorded in results.json, extensions.json and metrics.jsonl)")
     train.add_argument("--distributed", action="store_true",
                        help="call jax.distributed.initialize() (multi-host; also "
                        "SPECTRAL_JAX_DISTRIBUTED=1)")
@@ -139,8 +150,15 @@ def _train(args: argparse.Namespace) -> int:
     distributed.maybe_initialize(args.distributed or None)
     from spectral_jax.train.loop import train_and_evaluate
 
+    from spectral_jax.train.interrupt import TrainingInterrupted
+
     config = load_config(args.config, args.config_overrides)
-    train_and_evaluate(config, args.workdir, overwrite=args.overwrite)
+    try:
+        train_and_evaluate(config, args.workdir, overwrite=args.overwrite,
+                           extend=args.extend)
+    except TrainingInterrupted as e:
+        print(e, file=sys.stderr, flush=True)
+        return e.exit_status
     return 0
 
 

@@ -19,7 +19,9 @@ from flax import nnx
 
 from spectral_jax import _checks, data
 from spectral_jax.train import distributed, run_stats
+from spectral_jax.train import extend as extend_lib
 from spectral_jax.train import run as run_lib
+from spectral_jax.train.interrupt import StopSignals, TrainingInterrupted
 from spectral_jax.train.progress import Reporter
 # Re-exported: the run's files and set-up have lived here since the first release.
 from spectral_jax.train.run import (  # noqa: F401
@@ -32,6 +34,9 @@ from spectral_jax.train.run import (  # noqa: F401
 from spectral_jax.train.writers import MetricWriter
 
 Meta = dict[str, Any]  # what a checkpoint stores besides the state: best_* and wall_time_s
+# A checkpoint saved on a signal between two logged steps also stores the unlogged steps'
+# metrics under this key, so the resumed run logs the same window as an uninterrupted one.
+_WINDOW = "unlogged_window"
 
 
 class TrainingDiverged(RuntimeError):
@@ -41,7 +46,8 @@ class TrainingDiverged(RuntimeError):
 
 
 def train_and_evaluate(
-    config: ml_collections.ConfigDict, workdir: str, *, overwrite: bool = False
+    config: ml_collections.ConfigDict, workdir: str, *, overwrite: bool = False,
+    extend: bool = False,
 ) -> dict[str, Any]:
     """Trains ``config`` in ``workdir``, resuming from its last checkpoint, and evaluates on test.
 
@@ -51,19 +57,26 @@ def train_and_evaluate(
     majority-class baseline, and everything lands in ``workdir/results.json``. A run killed at
     any point and started again with the same config continues from its last checkpoint with the
     same data order and randomness, and ``metrics.jsonl`` reads as if it had never stopped.
+    SIGINT (Ctrl-C) or SIGTERM (preemption) in a single-process run finishes the current
+    step, checkpoints it and raises :class:`~spectral_jax.train.interrupt.TrainingInterrupted`
+    (see :mod:`spectral_jax.train.interrupt`); resuming continues bit-exact.
 
     Args:
         config: a config from ``configs/lra/*.py`` (see :mod:`spectral_jax.train.config_lib`).
         workdir: run directory (created). Holding a different config, it is refused.
         overwrite: delete a previous run's files in ``workdir`` first.
+        extend: continue the run in ``workdir`` to ``config.train.steps``, more steps than it
+          was started with (its config must differ in ``train.steps`` alone). The schedule is
+          re-evaluated for the new total from the next step on (see
+          :mod:`spectral_jax.train.extend`); ``results.json`` lists the extensions.
 
     Returns:
         The contents of ``results.json``: ``test_accuracy`` (best-validation checkpoint),
         ``final_test_accuracy``, ``majority_baseline``, ``best_step``, ``steps``,
         ``wall_time_s``, ``num_params``, the training rate (``examples_per_s``,
         ``tokens_per_s``, ``steps_per_s``: median over the logged windows after the first),
-        ``train_step_peak_bytes`` (the compiled train step's peak memory per device), ``compiles``
-        and the resolved ``config``.
+        ``train_step_peak_bytes`` (the compiled train step's peak memory per device), ``compiles``,
+        ``extensions`` (``[]`` unless extended) and the resolved ``config``.
 
     Raises:
         ValueError: invalid config (unknown task, method or protocol; batch size not divisible
@@ -72,15 +85,17 @@ def train_and_evaluate(
         TypeError: a config value of the wrong kind (see :mod:`spectral_jax._checks`).
         FileNotFoundError: the task's data directory is missing (the message says how to get it).
         TrainingDiverged: the loss became non-finite (the message names the step).
+        TrainingInterrupted: SIGINT or SIGTERM; the step it names is checkpointed.
 
     Example:
         ``spectral-jax train --config configs/lra/listops.py:quick --workdir runs/x`` calls
         ``train_and_evaluate(load_config("configs/lra/listops.py:quick"), "runs/x")``;
         tests/test_train_loop.py runs it on tiny data.
     """
-    run = run_lib.open_for_training(config, workdir, overwrite=overwrite)
+    run = run_lib.open_for_training(config, workdir, overwrite=overwrite, extend=extend)
     config = run.config
-    with run:
+    # One process alone may not stop: the others would wait for it in the next step.
+    with run, StopSignals(enabled=jax.process_count() == 1) as stop:
         state = run.setup.state
         meta: Meta = {"best_val_accuracy": -1.0, "best_step": 0, "wall_time_s": 0.0}
         start_step = run.checkpoints.latest_step()
@@ -88,9 +103,13 @@ def train_and_evaluate(
             state, meta = run.checkpoints.restore(start_step, state)
         writer = MetricWriter(workdir, enabled=run.is_main, resume_step=start_step)
         reporter = Reporter(config.train.steps, start=start_step or 0, enabled=run.is_main)
+        if run.extension is not None:
+            extend_lib.log_extension(run.extension, writer, reporter)
         try:
-            state, meta = _train(run, state, meta, start_step or 0, writer, reporter)
+            state, meta = _train(run, state, meta, start_step or 0, writer, reporter, stop)
             results = _final_evaluation(run, state, meta)
+            if stop.signum is not None:  # during the final evaluation: the last step is saved
+                raise TrainingInterrupted(config.train.steps, stop.signum)
             # The cost side of the result (what a sweep's table compares methods on).
             probe = distributed.global_batch(
                 next(data.iterate_batches(run.task.splits["train"], config.train.batch_size,
@@ -111,6 +130,7 @@ def train_and_evaluate(
         num_processes=jax.process_count(),
         compiles={"train": step_fns.train._cache_size(), "eval": step_fns.eval._cache_size()},
         data_source=run.task.source,
+        extensions=extend_lib.read_extensions(workdir),
         config=_resolved(config, run.model_config),
     )
     if run.is_main:
@@ -121,15 +141,17 @@ def train_and_evaluate(
 
 
 def _train(run: run_lib.Run, state: nnx.State, meta: Meta, start_step: int,
-           writer: MetricWriter, reporter: Reporter) -> tuple[nnx.State, Meta]:
-    """Steps ``start_step + 1 .. train.steps``: log, validate, checkpoint."""
+           writer: MetricWriter, reporter: Reporter,
+           stop: StopSignals) -> tuple[nnx.State, Meta]:
+    """Steps ``start_step + 1 .. train.steps``: log, validate, checkpoint; stop on a signal."""
     config, step_fns = run.config, run.setup.steps
     train_cfg = config.train
     batches = data.iterate_batches(
         run.task.splits["train"], train_cfg.batch_size, shuffle=True, seed=config.seed,
         start_step=start_step, repeat=True,
     )
-    window: list[dict[str, jax.Array]] = []
+    meta = dict(meta)
+    window: list[dict[str, Any]] = _restore_window(meta.pop(_WINDOW, None))
     window_start = time.perf_counter()
     run_start = time.perf_counter()
     base_time = float(meta["wall_time_s"])
@@ -158,7 +180,24 @@ def _train(run: run_lib.Run, state: nnx.State, meta: Meta, start_step: int,
             reporter.validation(step, val, meta["best_val_accuracy"])
             run.checkpoints.save(step, state, meta, val["accuracy"])
             window_start = time.perf_counter()
+        if stop.signum is not None:
+            if not is_eval:
+                meta = {**meta, "wall_time_s": base_time + time.perf_counter() - run_start}
+                saved = {**meta, _WINDOW: _host_window(window)} if window else meta
+                run.checkpoints.save(step, state, saved, None)
+            raise TrainingInterrupted(step, stop.signum)
     return state, meta
+
+
+def _host_window(window: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """The unlogged steps' metrics as JSON (float32 and bool values are exact as floats)."""
+    return [{k: float(v) for k, v in m.items()} for m in jax.device_get(window)]
+
+
+def _restore_window(saved: list[dict[str, float]] | None) -> list[dict[str, Any]]:
+    """:func:`_host_window` undone: the same float32 (``finite``: bool) scalars."""
+    return [{k: np.bool_(v) if k == "finite" else np.float32(v) for k, v in m.items()}
+            for m in saved or ()]
 
 
 def _summarize(window: list[dict[str, jax.Array]], seconds: float, step: int) -> dict[str, float]:

@@ -27,6 +27,7 @@ from spectral_jax import data as data_lib
 from spectral_jax.nn import TransformerConfig
 from spectral_jax.train import checkpoint as checkpoint_lib
 from spectral_jax.train import distributed, optim
+from spectral_jax.train import extend as extend_lib
 from spectral_jax.train import steps as steps_lib
 from spectral_jax.train.config_lib import validate_config
 
@@ -34,7 +35,8 @@ CONFIG_FILE = "config.json"
 RESULTS_FILE = "results.json"
 CHECKPOINT_DIR = "checkpoints"
 # Files a run owns in its workdir; --overwrite removes exactly these.
-_RUN_FILES = (CONFIG_FILE, RESULTS_FILE, CHECKPOINT_DIR, "metrics.jsonl", "tensorboard")
+_RUN_FILES = (CONFIG_FILE, RESULTS_FILE, CHECKPOINT_DIR, "metrics.jsonl", "tensorboard",
+              extend_lib.EXTENSIONS_FILE)
 CHECKPOINT_CHOICES = "'best', 'latest' or a step number"
 
 
@@ -113,6 +115,8 @@ class Run:
         checkpoints: the run's checkpoint manager.
         eval_batch_size: ``train.eval_batch_size`` or, unset, ``train.batch_size``.
         is_main: this process writes logs and results (process 0).
+        extension: the entry this opening added to ``extensions.json``
+          (:func:`spectral_jax.train.extend.record_extension`), else None.
     """
 
     config: ml_collections.ConfigDict
@@ -124,6 +128,7 @@ class Run:
     checkpoints: checkpoint_lib.Checkpointer
     eval_batch_size: int
     is_main: bool
+    extension: dict[str, Any] | None = None
 
     @property
     def batch_sharding(self) -> jax.sharding.NamedSharding:
@@ -176,14 +181,18 @@ def load_task(config: ml_collections.ConfigDict, *, is_main: bool = True) -> dat
 
 
 def _assemble(config: ml_collections.ConfigDict, workdir: str, *, training: bool,
-              overwrite: bool = False) -> Run:
+              overwrite: bool = False, extend: bool = False) -> Run:
     mesh = distributed.make_mesh()
     eval_batch_size = config.train.eval_batch_size or config.train.batch_size
     if training:
         distributed.check_batch_size("train.batch_size", config.train.batch_size, mesh)
     distributed.check_batch_size("train.eval_batch_size", eval_batch_size, mesh)
     optim.make_optimizer(config)  # raises on bad optimizer settings before any work
-    if training and not overwrite:
+    if extend and overwrite:
+        raise ValueError("extend and overwrite exclude each other: --extend continues the run "
+                         "in --workdir, --overwrite deletes it")
+    extends = extend_lib.check_extension(workdir, config) if training and extend else None
+    if training and not overwrite and extends is None:
         _check_workdir(workdir, config)
     is_main = jax.process_index() == 0
     task = load_task(config, is_main=is_main)
@@ -203,12 +212,17 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str, *, training: bool
     checkpoints = checkpoint_lib.Checkpointer(
         os.path.join(workdir, CHECKPOINT_DIR), keep=config.train.keep_checkpoints
     )
+    extension = None
+    if extends is not None and is_main:
+        extension = extend_lib.record_extension(workdir, extends, config.train.steps,
+                                                checkpoints.latest_step() or 0)
     return Run(config, workdir, task, model_cfg, mesh, setup, checkpoints, eval_batch_size,
-               is_main)
+               is_main, extension)
 
 
 def open_for_training(
-    config: ml_collections.ConfigDict, workdir: str, *, overwrite: bool = False
+    config: ml_collections.ConfigDict, workdir: str, *, overwrite: bool = False,
+    extend: bool = False,
 ) -> Run:
     """Checks ``config``, loads (or generates) its data, builds the run and claims ``workdir``.
 
@@ -220,15 +234,21 @@ def open_for_training(
           finds the data from any working directory).
         workdir: the run directory (created; ``config.json`` written on process 0).
         overwrite: delete a previous run's files in ``workdir`` first.
+        extend: continue the run in ``workdir`` to ``config.train.steps``
+          (:mod:`spectral_jax.train.extend`).
 
     Returns:
         The :class:`Run`; enter it (``with run:``) to train.
 
     Raises:
-        ValueError, TypeError: invalid config, or ``workdir`` holding a different config.
-        FileNotFoundError: the task's data is missing (the message says how to get it).
+        ValueError, TypeError: invalid config, ``workdir`` holding a different config (with
+          ``extend``: differing in more than ``train.steps``, or fewer steps), or both
+          ``extend`` and ``overwrite``.
+        FileNotFoundError: the task's data is missing (the message says how to get it), or
+          ``extend`` without a run in ``workdir``.
     """
-    return _assemble(recorded_config(config), workdir, training=True, overwrite=overwrite)
+    return _assemble(recorded_config(config), workdir, training=True, overwrite=overwrite,
+                     extend=extend)
 
 
 def recorded_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -324,9 +344,15 @@ def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | No
 def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
     why = config_mismatch(workdir, config)
     if why is not None:
+        extend = ""
+        try:
+            extend_lib.check_extension(workdir, config)
+            extend = f", or --extend to continue it to train.steps={config.train.steps}"
+        except ValueError:
+            pass
         raise ValueError(
             f"workdir={workdir!r} holds a run with a different config "
-            f"({why}); use another --workdir, or --overwrite to delete that run"
+            f"({why}); use another --workdir, or --overwrite to delete that run{extend}"
         )
 
 

@@ -28,6 +28,8 @@ import sys
 import time
 from typing import Any, Callable
 
+from spectral_jax.train.interrupt import Interrupted, forward_signals
+
 # A run's log, next to its results: the subprocess's whole output.
 LOG_FILE = "train.log"
 TABLE_MD, TABLE_JSON, PLOT_PNG, SWEEP_JSON = (
@@ -154,7 +156,9 @@ def run_sweep(
 
     Raises:
         ValueError: bad arguments (see :func:`plan`), or run folders holding another config.
-        KeyboardInterrupt: passed on; the next sweep resumes where this one stopped.
+        KeyboardInterrupt: passed on; the next sweep resumes where this one stopped. On
+          SIGINT or SIGTERM the running run gets the signal, saves and stops, and the sweep
+          raises :class:`spectral_jax.train.interrupt.Interrupted` after it.
 
     Example:
         >>> # run_sweep("configs/lra/listops.py:quick", ("softmax", "nystrom"), [0, 1], "sw")
@@ -285,23 +289,28 @@ def _train_subprocess(run: SweepRun, *, overwrite: bool) -> str | None:
     tail: collections.deque[str] = collections.deque(maxlen=40)
     with open(os.path.join(run.workdir, LOG_FILE), "a") as log:
         log.write(f"$ {' '.join(command)}\n")
-        # Unbuffered: the run's lines reach the sweep's output as they are printed.
+        # Unbuffered: the run's lines reach the sweep's output as they are printed. In its own
+        # session, a terminal's Ctrl-C reaches the sweep alone, which forwards it once.
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, bufsize=1,
+                                   text=True, bufsize=1, start_new_session=True,
                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
-            for line in process.stdout:
-                log.write(line)
-                tail.append(line.rstrip("\n"))
-                sys.stdout.write(f"    {line}")
-                sys.stdout.flush()
+            with forward_signals(process) as stop:
+                for line in process.stdout:
+                    log.write(line)
+                    tail.append(line.rstrip("\n"))
+                    sys.stdout.write(f"    {line}")
+                    sys.stdout.flush()
+                code = process.wait()
         except BaseException:
-            # Ctrl-C reaches the whole process group, but a signal sent to the sweep alone
-            # must not leave its run training in the background.
+            # Whatever stops the sweep must not leave its run training in the background.
             process.terminate()
             process.wait()
             raise
-        code = process.wait()
+    if stop.signum is not None:
+        saved = "its checkpoint is saved" if code == 128 + stop.signum else f"exit status {code}"
+        raise Interrupted(f"sweep interrupted during {run.name} ({saved}); rerun the same "
+                          "command to resume", stop.signum)
     return failure_reason(code, list(tail))
 
 

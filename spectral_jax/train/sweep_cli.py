@@ -43,7 +43,7 @@ def _sweep(args: argparse.Namespace) -> int:
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("\nsweep interrupted; the same command resumes it", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(str(e) or "\nsweep interrupted; the same command resumes it", file=sys.stderr)
+        return getattr(e, "exit_status", 130)
     return 0 if all(r["status"] != "failed" for r in summary["runs"]) else 1
