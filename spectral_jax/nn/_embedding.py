@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.experimental import checkify
 
 from spectral_jax import _checks
 from spectral_jax.nn._config import POSITIONALS
@@ -63,6 +64,12 @@ class TokenEmbedding(nnx.Module):
     Raises:
         ValueError: unknown ``positional``; a non-positive size.
 
+    A token id outside ``[0, vocab_size)`` has no embedding: a concrete ``inputs`` raises a
+    ValueError naming the smallest and largest id and ``vocab_size``; a traced one gives
+    NaN vectors at those positions (negative ids too, which ``jnp.take`` would wrap round),
+    and under ``jax.experimental.checkify.checkify`` raises the same message, as a mask that
+    is not a padding mask does (``spectral_jax.attention``).
+
     Example:
         >>> import jax.numpy as jnp
         >>> from flax import nnx
@@ -91,6 +98,7 @@ class TokenEmbedding(nnx.Module):
         _checks.choice("TokenEmbedding", "positional", positional, POSITIONALS)
         _checks.number("TokenEmbedding", "embed_init_std", embed_init_std, low=0.0,
                        low_open=True)
+        self.vocab_size = vocab_size
         self.max_length = max_length
         self.positional = positional
         self.dtype = dtype
@@ -127,7 +135,8 @@ class TokenEmbedding(nnx.Module):
 
         Raises:
             TypeError: non-integer ``inputs``.
-            ValueError: ``inputs`` not 2-D or longer than ``max_length``.
+            ValueError: ``inputs`` not 2-D or longer than ``max_length``; a concrete token id
+              outside ``[0, vocab_size)`` (traced: NaN, and a checkify error).
         """
         if not jnp.issubdtype(inputs.dtype, jnp.integer):
             raise TypeError(f"inputs must be integer token ids, got dtype {inputs.dtype}.")
@@ -136,7 +145,7 @@ class TokenEmbedding(nnx.Module):
                 f"inputs must be (batch, length) with length <= max_length={self.max_length}, "
                 f"got shape {inputs.shape}."
             )
-        x = self.embed(inputs)
+        x = self.embed(self._checked_ids(inputs))
         if self.cls is not None:
             cls = jnp.broadcast_to(self.cls[...], (x.shape[0], 1, x.shape[-1])).astype(x.dtype)
             x = jnp.concatenate([cls, x], axis=1)
@@ -147,3 +156,24 @@ class TokenEmbedding(nnx.Module):
             positions = self.position_table[:length]
         x = x + positions.astype(x.dtype)[None]
         return self.dropout(x, deterministic=deterministic)
+
+    def _checked_ids(self, inputs: Array) -> Array:
+        """``inputs`` with every id outside ``[0, vocab_size)`` out of the table's range.
+
+        The embedding lookup fills such ids with NaN; a negative id is mapped to
+        ``vocab_size`` so that it does not wrap round to a real row.
+        """
+        vocab = self.vocab_size
+        message = (f"TokenEmbedding: token ids in `inputs` must be in [0, vocab_size={vocab}); "
+                   "got smallest id {} and largest id {}.")
+        if inputs.size == 0:
+            return inputs
+        if isinstance(inputs, jax.core.Tracer):
+            low, high = jnp.min(inputs), jnp.max(inputs)
+            checkify.debug_check((low >= 0) & (high < vocab), message, low, high)
+        else:
+            ids = np.asarray(inputs)
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= vocab:
+                raise ValueError(message.format(low, high))
+        return jnp.where(inputs < 0, vocab, inputs)
