@@ -11,6 +11,7 @@ from flax import nnx
 
 from spectral_jax import attention as _attention
 from spectral_jax.attention._common import as_bool_mask
+from spectral_jax.nn._checks import check_hashable, normalise_attention_kwargs
 from spectral_jax.nn._rngs import stream as _stream
 from spectral_jax.nn._attention_kwargs import (  # noqa: F401 (imported from here too)
     allowed_attention_kwargs,
@@ -60,7 +61,8 @@ class MultiHeadAttention(nnx.Module):
         num_heads: number of heads; must divide ``qkv_features``.
         in_features: features of the inputs (last axis).
         attention: registry name, see ``spectral_jax.attention.available_attentions()``.
-        attention_kwargs: method parameters and the module options above.
+        attention_kwargs: method parameters and the module options above, a mapping
+          (``(name, value)`` pairs are accepted too).
         qkv_features: total query/key/value features (default ``in_features``).
         out_features: output features (default ``in_features``).
         dropout_rate: dropout on the attention weights; only methods that form the weights
@@ -81,6 +83,8 @@ class MultiHeadAttention(nnx.Module):
           not dividing ``qkv_features``; an unknown key in ``attention_kwargs`` or a module
           option the method does not take; a bad option value; ``dropout_rate`` > 0 for a
           method without attention weights; ``sharing="layerwise"`` without ``shared_state``.
+        TypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)`` pairs, or
+          holding an unhashable value.
         NotImplementedError: ``is_causal=True`` for a method without a causal form;
           ``is_causal=False`` for a causal-only method (``gated_linear``).
 
@@ -117,8 +121,11 @@ class MultiHeadAttention(nnx.Module):
         spec = _attention.get_attention_spec(attention)
         _check_layer(spec, num_heads, in_features, qkv_features, out_features, dropout_rate,
                      is_causal)
-        kwargs, options = split_attention_kwargs(attention, attention_kwargs)
+        pairs = normalise_attention_kwargs("MultiHeadAttention", attention_kwargs, hashed=False)
+        kwargs, options = split_attention_kwargs(attention, dict(pairs))
+        check_hashable("MultiHeadAttention", pairs)  # static module data: hashed under jit
         self.num_heads = num_heads
+        self.in_features = in_features
         self.head_dim = qkv_features // num_heads
         self.attention = attention
         # A sorted tuple keeps the module's static data hashable (one jit cache entry).
@@ -229,6 +236,9 @@ class MultiHeadAttention(nnx.Module):
             )
         if deterministic is None:  # nothing random: both modes are the same computation
             deterministic = True
+        self._check_features("inputs_q", inputs_q)
+        if inputs_kv is not None:
+            self._check_features("inputs_kv", inputs_kv)
         inputs_kv = inputs_q if inputs_kv is None else inputs_kv
         query = self.query(inputs_q)
         key = self.query(inputs_kv) if self.key is None else self.key(inputs_kv)
@@ -267,6 +277,17 @@ class MultiHeadAttention(nnx.Module):
         if self.conv_skip is not None:
             x = x + self.conv_skip(value, mask, query.shape[-3])
         return (self.out(x), next_carry) if return_carry else self.out(x)
+
+
+    def _check_features(self, name: str, inputs: Array) -> None:
+        """Raises unless ``inputs`` is ``(batch..., length, in_features)``."""
+        shape = jnp.shape(inputs)
+        if len(shape) < 2 or shape[-1] != self.in_features:
+            raise ValueError(
+                f"MultiHeadAttention: `{name}` must be (batch..., length, in_features) with "
+                f"in_features={self.in_features} on its last axis; got shape {shape}"
+                + (f" (last axis {shape[-1]})." if shape else ".")
+            )
 
 
 def redraw_features(model: nnx.Module, rng: Array) -> int:

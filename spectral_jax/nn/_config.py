@@ -14,6 +14,7 @@ from typing import Any, Literal
 import jax.numpy as jnp
 
 from spectral_jax import _checks
+from spectral_jax.nn._checks import normalise_attention_kwargs
 
 POOLINGS = ("cls", "mean")
 POSITIONALS = ("sinusoidal", "learned")
@@ -43,8 +44,10 @@ class TransformerConfig:
         dropout_rate: dropout after embeddings, attention output and MLP, in [0, 1).
         attention_dropout_rate: dropout on attention weights (exact softmax only), in [0, 1).
         attention: registry name, see ``spectral_jax.attention.available_attentions()``.
-        attention_kwargs: method parameters as a tuple of (name, value) pairs (hashable), e.g.
-          ``(("num_landmarks", 64),)``.
+        attention_kwargs: method parameters and module options, a mapping such as
+          ``{"num_landmarks": 64}`` (``(name, value)`` pairs are accepted too). Stored as
+          ``(name, value)`` pairs sorted by name, so the config stays hashable and equal
+          contents give equal configs; :attr:`attention_kwargs_dict` gives the mapping.
         pooling: ``"cls"`` (prepend a learned CLS token, take its output) or ``"mean"`` (mean
           over valid tokens only); :data:`POOLINGS`.
         positional: ``"sinusoidal"`` (fixed) or ``"learned"``; :data:`POSITIONALS`.
@@ -65,13 +68,17 @@ class TransformerConfig:
     Raises:
         ValueError: an unknown ``pooling``, ``positional`` or ``interaction``; a size below 1;
           a dropout rate outside [0, 1). (TypeError for values of the wrong kind, e.g. a string
-          size; see :mod:`spectral_jax._checks`.) The attention name and its arguments are
-          checked by :class:`spectral_jax.nn.MultiHeadAttention`.
+          size or ``attention_kwargs`` that is not a mapping; see :mod:`spectral_jax._checks`.)
+          The attention name and its arguments are checked by
+          :class:`spectral_jax.nn.MultiHeadAttention`.
 
     Example:
         >>> cfg = TransformerConfig(vocab_size=10, num_classes=2, max_length=8, pooling="cls")
         >>> cfg.num_layers, cfg.attention
         (2, 'softmax')
+        >>> TransformerConfig(vocab_size=10, num_classes=2, max_length=8, attention="nystrom",
+        ...                   attention_kwargs={"num_landmarks": 4}).attention_kwargs
+        (('num_landmarks', 4),)
         >>> TransformerConfig(vocab_size=10, num_classes=2, max_length=8, pooling="max")
         Traceback (most recent call last):
         ...
@@ -89,7 +96,7 @@ class TransformerConfig:
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.0
     attention: str = "softmax"
-    attention_kwargs: tuple[tuple[str, Any], ...] = ()
+    attention_kwargs: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
     pooling: Literal["cls", "mean"] = "mean"
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
     embed_init_std: float = 1.0
@@ -100,10 +107,14 @@ class TransformerConfig:
     param_dtype: Any = jnp.float32
 
     def __post_init__(self) -> None:
+        # The one stored form of attention_kwargs (frozen: set through object.__setattr__).
+        object.__setattr__(self, "attention_kwargs", normalise_attention_kwargs(
+            "TransformerConfig", self.attention_kwargs))
         check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
     @property
     def attention_kwargs_dict(self) -> dict[str, Any]:
+        """``attention_kwargs`` as a new dict (name to value)."""
         return dict(self.attention_kwargs)
 
 

@@ -73,7 +73,7 @@ def model_config(config: ml_collections.ConfigDict, task: Any) -> TransformerCon
     return TransformerConfig(
         num_classes=task.num_classes,
         dtype=dtype,
-        attention_kwargs=tuple(sorted(m.attention_kwargs.to_dict().items())),
+        attention_kwargs=m.attention_kwargs.to_dict(),
         **resolved,
         **{name: m[name] for name in _MODEL_FIELDS},
     )
