@@ -1,8 +1,11 @@
 """Linen versions of the :mod:`spectral_jax.nn` models, through ``flax.nnx.bridge.to_linen``.
 
-Each class is a regular ``flax.linen.Module`` whose only field is the frozen
-:class:`~spectral_jax.nn.TransformerConfig`; it wraps the NNX model under the submodule name
-``"model"``. Variables live in the usual collections: ``"params"`` and, for Performer, the
+Each class is a regular ``flax.linen.Module`` that wraps the NNX model under one submodule
+(``"model"`` for the classifiers, whose only field is the frozen
+:class:`~spectral_jax.nn.TransformerConfig`; ``"attention"`` for :class:`MultiHeadAttention`,
+whose fields are the NNX constructor's arguments). Calls take the NNX model's arguments, with
+its defaults and rules (``mask`` and ``deterministic`` may be left out where the NNX call
+allows it). Variables live in the usual collections: ``"params"`` and, for Performer, the
 non-trainable projection in ``"random_features"`` (pass every collection to ``apply``).
 Randomness at ``apply``: the ``"dropout"`` rng (and optionally ``"landmarks"``) when
 ``deterministic=False``. The same seed gives different parameters in Linen and NNX (the
@@ -14,12 +17,17 @@ Pure attention functions need no wrapper: pass them as
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import jax
+import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
 
 from spectral_jax import nn as _nnx_models
 from spectral_jax.attention import get_attention_spec
+from spectral_jax.nn._checks import normalise_attention_kwargs
 from spectral_jax.nn._config import TransformerConfig
 
 Array = jax.Array
@@ -27,13 +35,16 @@ Array = jax.Array
 __all__ = ["DualEncoderClassifier", "MultiHeadAttention", "SequenceClassifier", "TransformerConfig"]
 
 
-def _require_rngs(module: nn.Module, deterministic: bool, dropout: bool, attention: str) -> None:
+def _require_rngs(module: nn.Module, deterministic: bool | None, dropout: bool,
+                  attention: str) -> None:
     """Raises unless ``apply`` got the rng streams that ``deterministic=False`` draws from.
 
     Without them the bridge falls back to one fixed key, so every step would reuse the same
-    dropout mask and Skyformer landmarks; Linen's own ``nn.Dropout`` raises here too.
+    dropout mask and Skyformer landmarks; Linen's own ``nn.Dropout`` raises here too. With
+    ``deterministic=None`` the NNX model decides: a random model raises (``deterministic``
+    must be given), any other computes as in evaluation.
     """
-    if deterministic or module.is_initializing():
+    if deterministic is None or deterministic or module.is_initializing():
         return
     missing = []
     if dropout and not module.has_rng("dropout"):
@@ -73,7 +84,8 @@ class SequenceClassifier(nn.Module):
     config: TransformerConfig
 
     @nn.compact
-    def __call__(self, inputs: Array, mask: Array, *, deterministic: bool) -> Array:
+    def __call__(self, inputs: Array, mask: Array | None = None, *,
+                 deterministic: bool | None = None) -> Array:
         """Same arguments, result and errors as the NNX ``SequenceClassifier.__call__``.
 
         Raises ValueError when ``deterministic=False`` needs a ``"dropout"`` rng not given.
@@ -103,7 +115,8 @@ class DualEncoderClassifier(nn.Module):
     config: TransformerConfig
 
     @nn.compact
-    def __call__(self, inputs: Array, mask: Array, *, deterministic: bool) -> Array:
+    def __call__(self, inputs: Array, mask: Array | None = None, *,
+                 deterministic: bool | None = None) -> Array:
         """Same arguments, result and errors as the NNX ``DualEncoderClassifier.__call__``.
 
         Raises ValueError when ``deterministic=False`` needs a ``"dropout"`` rng not given.
@@ -118,36 +131,63 @@ class DualEncoderClassifier(nn.Module):
 class MultiHeadAttention(nn.Module):
     """Linen :class:`spectral_jax.nn.MultiHeadAttention` (self- or cross-attention).
 
+    The fields are the NNX constructor's arguments, with its defaults and its rules:
+    ``deterministic`` is needed (here or at the call) only when the layer is random
+    (``dropout_rate > 0`` or a random state such as Skyformer's landmarks); ``dtype`` and
+    ``param_dtype`` reach every projection and state. The NNX ``shared_state`` (an NNX
+    module shared between layers) has no Linen field.
+
     Attributes:
         num_heads: number of heads; must divide ``qkv_features``.
-        in_features: features of the inputs.
-        attention: registry name.
-        attention_kwargs: method parameters and module options as (name, value) pairs.
+        in_features: features of the inputs (last axis).
+        attention: registry name, see ``spectral_jax.attention.available_attentions()``.
+        attention_kwargs: method parameters and module options, a mapping such as
+          ``{"num_landmarks": 32}`` (``(name, value)`` pairs are accepted too); stored as
+          pairs sorted by name, so the module stays hashable.
         qkv_features: total query/key/value features (None: ``in_features``).
         out_features: output features (None: ``in_features``).
-        dropout_rate: attention-weight dropout (softmax only).
+        dropout_rate: attention-weight dropout (methods with registry ``weight_dropout``).
         use_bias: biases on the projections.
         is_causal: causal attention (methods with a causal form only).
+        deterministic: default for ``__call__``'s ``deterministic``.
+        dtype: computation dtype (None: inferred from inputs and params).
+        param_dtype: parameter dtype.
+        kernel_init: initializer of the projection kernels.
+
+    Raises:
+        TypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)`` pairs.
+        As the NNX module otherwise (at ``init``/``apply``).
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from spectral_jax.linen import MultiHeadAttention
-        >>> layer = MultiHeadAttention(2, 8, attention="softmax")
+        >>> layer = MultiHeadAttention(2, 8, attention="nystrom",
+        ...                            attention_kwargs={"num_landmarks": 5})
         >>> x = jnp.ones((1, 5, 8))
-        >>> variables = layer.init(jax.random.key(0), x, deterministic=True)
-        >>> layer.apply(variables, x, deterministic=True).shape
+        >>> variables = layer.init(jax.random.key(0), x)
+        >>> layer.apply(variables, x).shape
         (1, 5, 8)
     """
 
     num_heads: int
     in_features: int
     attention: str = "nystrom"
-    attention_kwargs: tuple[tuple[str, object], ...] = ()
+    attention_kwargs: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
     qkv_features: int | None = None
     out_features: int | None = None
     dropout_rate: float = 0.0
     use_bias: bool = True
     is_causal: bool = False
+    deterministic: bool | None = None
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    kernel_init: Callable[..., Array] = nnx.initializers.xavier_uniform()
+
+    def __post_init__(self) -> None:
+        # The one stored form (hashable: Linen hashes modules by their fields).
+        object.__setattr__(self, "attention_kwargs", normalise_attention_kwargs(
+            "MultiHeadAttention", self.attention_kwargs))
+        super().__post_init__()
 
     @nn.compact
     def __call__(
@@ -156,12 +196,16 @@ class MultiHeadAttention(nn.Module):
         inputs_kv: Array | None = None,
         *,
         mask: Array | None = None,
-        deterministic: bool,
-    ) -> Array:
+        deterministic: bool | None = None,
+        carry: Array | None = None,
+        return_carry: bool = False,
+    ) -> Array | tuple[Array, Array | None]:
         """Same arguments, result and errors as the NNX ``MultiHeadAttention.__call__``.
 
         Raises ValueError when ``deterministic=False`` needs a ``"dropout"`` rng not given.
         """
+        if deterministic is None:
+            deterministic = self.deterministic
         _require_rngs(self, deterministic, self.dropout_rate > 0, self.attention)
         layer = nnx.bridge.to_linen(
             _nnx_models.MultiHeadAttention,
@@ -174,6 +218,11 @@ class MultiHeadAttention(nn.Module):
             dropout_rate=self.dropout_rate,
             use_bias=self.use_bias,
             is_causal=self.is_causal,
+            deterministic=self.deterministic,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            kernel_init=self.kernel_init,
             name="attention",
         )
-        return layer(inputs_q, inputs_kv, mask=mask, deterministic=deterministic)
+        return layer(inputs_q, inputs_kv, mask=mask, deterministic=deterministic, carry=carry,
+                     return_carry=return_carry)
