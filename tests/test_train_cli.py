@@ -128,9 +128,9 @@ def test_table_groups_only_runs_that_differ_in_the_seed():
 
     rows = [run(0, 100, 0.30, 90.0), run(1, 100, 0.40, 110.0), run(0, 200, 0.50, 100.0)]
     lines = markdown_table(rows).splitlines()
-    assert lines[2] == "| nystrom (lra) [train.steps=100] | 35.00 ± 7.07 (n=2) | 35.00 |"
-    assert lines[3] == "| nystrom (lra) [train.steps=200] | 50.00 | 50.00 |"
-    assert lines[7] == ("| ListOps | nystrom (lra) [train.steps=100] | 2 | 35.00 ± 7.07 (n=2) "
+    assert lines[2] == "| nystrom (lra, steps=100) | 35.00 ± 7.07 (n=2) | 35.00 |"
+    assert lines[3] == "| nystrom (lra, steps=200) | 50.00 | 50.00 |"
+    assert lines[7] == ("| ListOps | nystrom (lra, steps=100) | 2 | 35.00 ± 7.07 (n=2) "
                         "| 100.0 ± 14.1 | 3.12 | 3.0 MiB | 1,000 | 1h02m |")
 
 

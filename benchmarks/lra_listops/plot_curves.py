@@ -15,10 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from spectral_jax._plotting import load_matplotlib, new_figure
 
 
 def read_metrics(run: Path) -> dict[str, list[dict]]:
@@ -44,7 +41,11 @@ def main() -> None:
     parser.add_argument("--baseline", type=float, help="majority-class accuracy, percent")
     parser.add_argument("--published", nargs="*", default=[], help="LABEL=PERCENT lines")
     args = parser.parse_args()
-    fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    mpl = load_matplotlib(f"the plot {args.out}")
+    if mpl is None:
+        return
+    fig = new_figure(mpl, figsize=(11, 4))
+    acc_ax, loss_ax = fig.subplots(1, 2)
     for run in args.runs:
         splits = read_metrics(run)
         val, train = splits.get("validation", []), splits.get("train", [])

@@ -73,6 +73,11 @@ def _budget(text: str) -> tuple[str, int]:
     return name.strip().replace("-", "_"), number
 
 
+def _wrote(json_path: Any, png_path: Any) -> str:
+    """Where the results went; the plot is None when matplotlib is missing."""
+    return f"wrote {json_path}" + ("" if png_path is None else f" and {png_path}")
+
+
 def _speed(args: argparse.Namespace) -> int:
     from spectral_jax.bench import memory, report, speed
 
@@ -115,7 +120,7 @@ def _speed(args: argparse.Namespace) -> int:
                "records": records}
     json_path = report.write_json(f"{args.out}.json", payload)
     png_path = report.plot_speed(records, f"{args.out}.png", title=title)
-    console.print(f"wrote {json_path} and {png_path}", soft_wrap=True, highlight=False)
+    console.print(_wrote(json_path, png_path), soft_wrap=True, highlight=False)
     return 0
 
 
@@ -159,7 +164,7 @@ def _error(args: argparse.Namespace) -> int:
     png_path = report.plot_error([r for r in rows if r["length"] == last], f"{args.out}.png",
                                  metric=args.plot_metric,
                                  title=f"relative {args.plot_metric} error, n = {last}")
-    console.print(f"wrote {json_path} and {png_path}", soft_wrap=True, highlight=False)
+    console.print(_wrote(json_path, png_path), soft_wrap=True, highlight=False)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Tables (rich), plots (matplotlib, Agg) and JSON files for the benchmark results."""
+"""Tables (rich), plots (matplotlib, optional: see :mod:`spectral_jax._plotting`) and JSON
+files for the benchmark results."""
 
 from __future__ import annotations
 
@@ -8,19 +9,19 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-import matplotlib
+from rich.table import Table
 
-matplotlib.use("Agg")  # files only: benchmarks run headless, also on GPU hosts.
-
-import matplotlib.pyplot as plt  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from spectral_jax.attention import BASELINE  # noqa: E402
+from spectral_jax._plotting import load_matplotlib, new_figure
+from spectral_jax.attention import BASELINE
 
 # 1000 faults is 4 MiB of fresh 4 KiB pages per call, several ms of kernel time on CPU.
 FAULT_NOTE_THRESHOLD = 1000
 
 _MODE_LABEL = {"fwd": "forward", "fwd_bwd": "forward+backward"}
+# Line styles per method: methods whose curves coincide (Nyström and spectral shifting on
+# diffuse inputs) stay apart by marker, fill and dash pattern, not by colour alone.
+_MARKERS = "osD^vP*Xh<>"
+_LINESTYLES = ("-", "--", "-.", ":")
 
 
 def _fmt(value: float | None, spec: str, missing: str = "—") -> str:
@@ -109,8 +110,10 @@ def speed_notes(records: Sequence[dict[str, Any]]) -> list[str]:
 
     The fault line appears when some timed call took ``FAULT_NOTE_THRESHOLD`` or more minor
     page faults: its time then includes the kernel zero-filling memory that the allocator
-    handed back after the previous call (see "Why the allocator decides the growth" in
-    benchmarks/README.md).
+    handed back after the previous call. The line says so and how to time without it, with
+    nothing else to read: XLA:CPU frees each call's scratch buffer, glibc's malloc returns
+    large blocks to the kernel, and the next call faults them in again; a caching allocator
+    preloaded with ``LD_PRELOAD`` (jemalloc, tcmalloc) keeps them.
 
     Example:
       >>> from spectral_jax.bench.report import speed_notes
@@ -126,10 +129,36 @@ def speed_notes(records: Sequence[dict[str, Any]]) -> list[str]:
         notes.append(
             f"{len(faulty)} timed configuration{'s' * (len(faulty) > 1)} took >= "
             f"{FAULT_NOTE_THRESHOLD} page faults per call (most: {worst['method']} {worst['mode']} at n={worst['length']}, "
-            f"{worst['minor_faults_per_call']:,.0f}): their times include re-faulting buffers "
-            "the allocator returned to the OS; a caching allocator (jemalloc, tcmalloc) avoids "
-            "it, see benchmarks/README.md")
+            f"{worst['minor_faults_per_call']:,.0f}): their times include the kernel "
+            "zero-filling scratch buffers that the allocator (glibc malloc) returned to the OS "
+            "after the previous call, so they grow faster than the work; to time without it, "
+            "preload a caching allocator, e.g. LD_PRELOAD=libjemalloc.so.2 or "
+            "LD_PRELOAD=libtcmalloc.so.4 (Debian/Ubuntu packages libjemalloc2, "
+            "libgoogle-perftools4)")
     return notes
+
+
+def method_styles(methods: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """A distinct colour, marker, fill and dash pattern per method, in the order given.
+
+    Exact attention (``BASELINE``) gets a thicker line. Every second method has hollow
+    markers, so two methods whose points coincide both stay visible.
+
+    Example:
+      >>> s = method_styles(["nystrom", "spectral_shift"])
+      >>> [(v["marker"], v["linestyle"], v["markerfacecolor"]) for v in s.values()]
+      [('o', '-', 'C0'), ('s', '--', 'none')]
+    """
+    styles = {}
+    for i, method in enumerate(dict.fromkeys(methods)):
+        color = f"C{i % 10}"
+        styles[method] = {
+            "color": color, "marker": _MARKERS[i % len(_MARKERS)],
+            "linestyle": _LINESTYLES[i % len(_LINESTYLES)],
+            "markerfacecolor": color if i % 2 == 0 else "none",
+            "linewidth": 2.5 if method == BASELINE else 1.5,
+        }
+    return styles
 
 
 def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
@@ -145,7 +174,7 @@ def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
       title: figure title.
 
     Returns:
-      The path written.
+      The path written, or None when matplotlib is missing (skipped with one line on stderr).
 
     Example:
       >>> import tempfile, pathlib
@@ -155,16 +184,21 @@ def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
       >>> plot_speed(recs, pathlib.Path(tempfile.mkdtemp()) / "s.png").exists()
       True
     """
+    path = pathlib.Path(path)
+    mpl = load_matplotlib(f"the plot {path}")
+    if mpl is None:
+        return None
     modes = {r["mode"] for r in records}
     mode = "fwd_bwd" if "fwd_bwd" in modes else "fwd"
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for method in dict.fromkeys(r["method"] for r in records):
-        pts = sorted((r["length"], r) for r in records
-                     if r["method"] == method and r["mode"] == mode)
+    fig = new_figure(mpl, figsize=(11, 4.2))
+    ax_t, ax_m = fig.subplots(1, 2)
+    styles = method_styles([r["method"] for r in records])
+    for method, style in styles.items():
+        pts = sorted(((r["length"], r) for r in records
+                      if r["method"] == method and r["mode"] == mode), key=lambda p: p[0])
         timed = [(n, r["time_s"]) for n, r in pts if r.get("time_s")]
         sized = [(n, r["peak_bytes"] / 2**20) for n, r in pts
                  if r.get("peak_bytes") is not None and not r.get("skipped")]
-        style = dict(marker="o", linewidth=2.5 if method == BASELINE else 1.5)
         if timed:
             ax_t.plot(*zip(*timed), label=method, **style)
         if sized:
@@ -185,15 +219,15 @@ def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
             ax_m.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 
 def error_table(rows: Sequence[dict[str, Any]], title: str = "bench error") -> Table:
     """A rich table of :func:`error.summarize` rows: mean ± std over seeds of each metric.
+
+    A row of one seed has no spread, so its cells give the value alone.
 
     Example:
       >>> from spectral_jax.bench.report import error_table
@@ -205,18 +239,25 @@ def error_table(rows: Sequence[dict[str, Any]], title: str = "bench error") -> T
                    "spectral err"):
         table.add_column(column, justify="left" if column in ("regime", "method") else "right")
     for r in rows:
-        cells = [f"{_fmt(r[f'{m}_mean'], '.4f')} ± {_fmt(r[f'{m}_std'], '.4f')}"
-                 if not math.isnan(r[f"{m}_mean"]) else "—"
+        cells = [_mean_spread(r[f"{m}_mean"], r[f"{m}_std"], r["seeds"])
                  for m in ("output", "frobenius", "spectral")]
         table.add_row(r["regime"], r["method"], _fmt(r["budget"], "d"), str(r["seeds"]), *cells)
     return table
+
+
+def _mean_spread(mean: float, std: float, seeds: int) -> str:
+    if math.isnan(mean):
+        return "—"
+    return _fmt(mean, ".4f") + (f" ± {_fmt(std, '.4f')}" if seeds > 1 else "")
 
 
 def plot_error(rows: Sequence[dict[str, Any]], path: str | pathlib.Path,
                metric: str = "output", title: str = "") -> pathlib.Path:
     """Error against budget (log-log), one panel per regime, error bars = std over seeds.
 
-    Methods without a budget are drawn as horizontal dashed lines.
+    Methods without a budget are drawn as horizontal lines across the budgets. Each method
+    keeps one style (:func:`method_styles`) in every panel. Error bars appear only for rows
+    of more than one seed.
 
     Args:
       rows: :func:`error.summarize` rows.
@@ -225,7 +266,7 @@ def plot_error(rows: Sequence[dict[str, Any]], path: str | pathlib.Path,
       title: figure title.
 
     Returns:
-      The path written.
+      The path written, or None when matplotlib is missing (skipped with one line on stderr).
 
     Raises:
       ValueError: unknown ``metric``.
@@ -240,9 +281,14 @@ def plot_error(rows: Sequence[dict[str, Any]], path: str | pathlib.Path,
     """
     if metric not in ("output", "frobenius", "spectral"):
         raise ValueError(f"`metric` must be output, frobenius or spectral; got {metric!r}.")
+    path = pathlib.Path(path)
+    mpl = load_matplotlib(f"the plot {path}")
+    if mpl is None:
+        return None
     regimes = list(dict.fromkeys(r["regime"] for r in rows))
-    fig, axes = plt.subplots(1, max(len(regimes), 1), figsize=(4.6 * max(len(regimes), 1), 4),
-                             squeeze=False)
+    styles = method_styles([r["method"] for r in rows])
+    fig = new_figure(mpl, figsize=(4.6 * max(len(regimes), 1), 4))
+    axes = fig.subplots(1, max(len(regimes), 1), squeeze=False)
     for ax, regime in zip(axes[0], regimes):
         sub = [r for r in rows if r["regime"] == regime]
         budgets = sorted({r["budget"] for r in sub if r["budget"] is not None})
@@ -251,15 +297,18 @@ def plot_error(rows: Sequence[dict[str, Any]], path: str | pathlib.Path,
                    and not math.isnan(r[f"{metric}_mean"])]
             if not pts:
                 continue
+            style = styles[method]
             if pts[0]["budget"] is None:
                 if budgets:
                     ax.hlines(pts[0][f"{metric}_mean"], budgets[0], budgets[-1],
-                              linestyles="dashed", label=method, colors="gray")
+                              linestyles=style["linestyle"], colors=style["color"],
+                              linewidth=style["linewidth"], label=method)
                 continue
             pts.sort(key=lambda r: r["budget"])
+            spread = any(r.get("seeds", 1) > 1 for r in pts)
             ax.errorbar([r["budget"] for r in pts], [r[f"{metric}_mean"] for r in pts],
-                        yerr=[r[f"{metric}_std"] for r in pts], marker="o", capsize=3,
-                        label=method)
+                        yerr=[r[f"{metric}_std"] for r in pts] if spread else None,
+                        capsize=3, label=method, **style)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(regime)
@@ -270,8 +319,6 @@ def plot_error(rows: Sequence[dict[str, Any]], path: str | pathlib.Path,
         axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path

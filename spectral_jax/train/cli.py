@@ -110,10 +110,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     evaluate.set_defaults(func=_eval)
 
     table = subparsers.add_parser("table", help="Markdown table of finished runs")
-    table.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    table.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                       help="run folders, or sweep folders (the runs they hold)")
     table.add_argument("--json", default=None, help="also write the figures to this JSON file")
     table.add_argument("--plot", default=None,
-                       help="also write test accuracy vs training examples/s to this PNG")
+                       help="also write test accuracy vs training examples/s to this PNG "
+                       "(needs matplotlib: pip install 'spectral_jax[bench]')")
+    table.add_argument("--format", choices=("full", "readme"), default="full",
+                       help="full: accuracy per method x task, cost, every run, failures; "
+                       "readme: the README's table per task, each method against softmax")
     table.set_defaults(func=_table)
 
 
@@ -185,9 +190,10 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _table(args: argparse.Namespace) -> int:
     from spectral_jax.train.table import load_results, markdown_table, summary_json, write_outputs
+    from spectral_jax.train.table_readme import readme_tables
 
     results = load_results(args.runs)
-    text = markdown_table(results)
+    text = (readme_tables if args.format == "readme" else markdown_table)(results)
     print(text, end="")
     write_outputs(text, summary_json(results), None, args.json, args.plot)
     return 0

@@ -229,8 +229,9 @@ def run_sweep(
 def write_tables(workdir: str, *, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Writes ``table.md``, ``table.json`` and the plot of every run folder in ``workdir``.
 
-    Exactly what ``spectral-jax table DIR/* --json DIR/table.json --plot
-    DIR/accuracy_vs_throughput.png`` writes; folders of unfinished runs are left out.
+    Exactly what ``spectral-jax table DIR --json DIR/table.json --plot
+    DIR/accuracy_vs_throughput.png`` writes; folders of unfinished runs are left out. Without
+    matplotlib the plot is skipped with one line saying what to install.
 
     Returns:
         The ``table.json`` contents.
@@ -240,21 +241,17 @@ def write_tables(workdir: str, *, say: Callable[[str], None] = print) -> dict[st
     """
     from spectral_jax.train import table as table_lib
 
-    folders = sorted(
-        os.path.join(workdir, name) for name in os.listdir(workdir)
-        if os.path.exists(os.path.join(workdir, name, "results.json"))
-        or os.path.exists(os.path.join(workdir, name, table_lib.FAILED_FILE))
-    )
-    results = table_lib.load_results(folders)
+    results = table_lib.load_results(table_lib.run_folders(workdir))
     if not results:
         say("sweep: no finished or failed runs to tabulate")
         return {}
     text = table_lib.markdown_table(results)
     summary = table_lib.summary_json(results)
-    table_lib.write_outputs(text, summary, os.path.join(workdir, TABLE_MD),
-                            os.path.join(workdir, TABLE_JSON), os.path.join(workdir, PLOT_PNG))
+    written = table_lib.write_outputs(text, summary, os.path.join(workdir, TABLE_MD),
+                                      os.path.join(workdir, TABLE_JSON),
+                                      os.path.join(workdir, PLOT_PNG))
     say(text)
-    say(f"wrote {os.path.join(workdir, TABLE_MD)}, {TABLE_JSON} and {PLOT_PNG}")
+    say(f"wrote {', '.join(written)}")
     return summary
 
 

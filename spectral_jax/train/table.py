@@ -16,6 +16,7 @@ import statistics
 from typing import Any
 
 from spectral_jax.data.registry import TASKS, TITLES
+from spectral_jax.train.table_labels import run_label
 
 RESULTS_FILE = "results.json"
 # Written by `spectral-jax sweep` into the folder of a run that failed.
@@ -25,18 +26,34 @@ _STATS = ("test_accuracy", "final_test_accuracy", "examples_per_s", "steps_per_s
           "train_step_peak_bytes", "num_params", "wall_time_s")
 
 
+def run_folders(sweep_dir: str) -> list[str]:
+    """The folders in ``sweep_dir`` holding a finished or failed run, sorted by name.
+
+    Example:
+        >>> run_folders(".")
+        []
+    """
+    return sorted(
+        os.path.join(sweep_dir, name) for name in os.listdir(sweep_dir)
+        if os.path.exists(os.path.join(sweep_dir, name, RESULTS_FILE))
+        or os.path.exists(os.path.join(sweep_dir, name, FAILED_FILE)))
+
+
 def load_results(paths: list[str]) -> list[dict[str, Any]]:
     """Reads each run directory's ``results.json`` (or its ``failed.json``).
 
-    A path may also be a results file itself. Other files (a sweep's ``table.md``,
-    ``table.json`` or plot, which ``DIR/*`` also matches) are not runs and are left out.
+    A path may also be a results file itself, or a sweep folder (a folder holding run
+    folders, as ``spectral-jax sweep --workdir`` makes): that stands for its finished and
+    failed runs (:func:`run_folders`). Other files (a sweep's ``table.md``, ``table.json`` or
+    plot, which ``DIR/*`` also matches) are not runs and are left out.
 
     Returns:
         One dict per run with ``"run"`` (the path as given) added; a failed run's dict has
         ``"failed": True`` and its ``"reason"``.
 
     Raises:
-        FileNotFoundError: a directory with neither file (an unfinished run), or a missing path.
+        FileNotFoundError: a directory that is neither a run with either file (an unfinished
+          run) nor a sweep folder, or a missing path.
 
     Example:
         >>> load_results([])
@@ -44,6 +61,9 @@ def load_results(paths: list[str]) -> list[dict[str, Any]]:
     """
     results = []
     for run in paths:
+        if os.path.isdir(run) and not _is_run(run) and run_folders(run):
+            results += load_results(run_folders(run))
+            continue
         if os.path.isdir(run):
             path = os.path.join(run, RESULTS_FILE)
             failed = os.path.join(run, FAILED_FILE)
@@ -53,7 +73,9 @@ def load_results(paths: list[str]) -> list[dict[str, Any]]:
                 continue
             if not os.path.exists(path):
                 raise FileNotFoundError(
-                    f"run {run!r} has no {RESULTS_FILE} (not finished, or not a run directory)"
+                    f"run {run!r} has no {RESULTS_FILE} (not finished, or not a run directory), "
+                    f"and holds no run folders with a {RESULTS_FILE} or {FAILED_FILE} (not a "
+                    "sweep folder)"
                 )
         elif os.path.isfile(run):
             path = run
@@ -70,6 +92,12 @@ def load_results(paths: list[str]) -> list[dict[str, Any]]:
     return results
 
 
+def _is_run(folder: str) -> bool:
+    """A run's own folder: ``results.json``, ``failed.json`` or ``config.json`` in it."""
+    return any(os.path.exists(os.path.join(folder, name))
+               for name in (RESULTS_FILE, FAILED_FILE, "config.json"))
+
+
 def group_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Groups finished runs whose configs differ in the seed alone; summarises each group.
 
@@ -78,7 +106,9 @@ def group_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Returns:
         One dict per group: ``task``, ``attention``, ``protocol``, ``label`` (``"method
-        (protocol)"``, plus the differing config fields where several groups share it),
+        (protocol)"`` for a preset unchanged, else naming the changes, see
+        :func:`spectral_jax.train.table_labels.run_label`; plus the config fields that
+        differ between groups where several share a label),
         ``seeds``, ``runs``, ``n`` and, for each of ``test_accuracy``, ``final_test_accuracy``,
         ``examples_per_s``, ``steps_per_s``, ``train_step_peak_bytes``, ``num_params``,
         ``wall_time_s``: ``{"mean", "std", "values"}`` (std: sample standard deviation over
@@ -102,7 +132,7 @@ def group_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         first = runs[0]
         summary = {
             "task": first["task"], "attention": first["attention"],
-            "protocol": first["protocol"], "label": f"{first['attention']} ({first['protocol']})",
+            "protocol": first["protocol"], "label": run_label(first),
             "seeds": [r.get("seed") for r in runs], "runs": [r["run"] for r in runs],
             "n": len(runs), "config": first.get("config"),
         }
@@ -294,19 +324,31 @@ def _duration(seconds: float) -> str:
 
 
 def write_outputs(text: str, summary: dict[str, Any], md: str | None, json_path: str | None,
-                  png: str | None) -> None:
+                  png: str | None) -> list[str]:
     """Writes the Markdown, the JSON summary and the plot (each skipped when its path is None).
+
+    Without matplotlib the plot is skipped with one line on stderr saying what to install
+    (:func:`spectral_jax._plotting.load_matplotlib`); the rest is written all the same.
+
+    Returns:
+        The paths written.
 
     Example:
         >>> write_outputs("x", {"groups": []}, None, None, None)
+        []
     """
+    written = []
     if md:
         with open(md, "w") as f:
             f.write(text)
+        written.append(md)
     if json_path:
         with open(json_path, "w") as f:
             json.dump(summary, f, indent=2)
+        written.append(json_path)
     if png:
         from spectral_jax.train.table_plot import plot_accuracy_vs_throughput
 
-        plot_accuracy_vs_throughput(summary["groups"], png)
+        if plot_accuracy_vs_throughput(summary["groups"], png) is not None:
+            written.append(png)
+    return written

@@ -5,19 +5,15 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-import matplotlib
-import matplotlib.ticker
-
-matplotlib.use("Agg")  # files only: sweeps run headless.
-
-import matplotlib.pyplot as plt  # noqa: E402
+from spectral_jax._plotting import load_matplotlib, new_figure
+from spectral_jax.data.registry import TITLES
 
 _MARKERS = "osD^vP*Xh<>"
 
 
 def plot_accuracy_vs_throughput(
     groups: list[dict[str, Any]], path: str | pathlib.Path, title: str = ""
-) -> pathlib.Path:
+) -> pathlib.Path | None:
     """Test accuracy (%) against training examples/s (log scale), mean ± std over seeds.
 
     One point per group of :func:`spectral_jax.train.table.group_runs` with both figures,
@@ -27,14 +23,18 @@ def plot_accuracy_vs_throughput(
     Args:
         groups: from :func:`spectral_jax.train.table.group_runs`.
         path: the PNG to write (parent folders are created).
-        title: the figure title.
+        title: the figure title; by default it names the task(s), the methods (all of the
+          registry's, up to five by name, else their number) and the label ending the points
+          share, e.g. ``"ListOps, 3 methods: softmax, nystrom, spectral_shift (quick,
+          steps=300)"``.
 
     Returns:
-        The path written.
+        The path written, or None when matplotlib is missing (the plot is skipped with one
+        line on stderr, see :func:`spectral_jax._plotting.load_matplotlib`).
 
     Example:
         >>> import tempfile, os
-        >>> g = {"task": "listops", "label": "softmax (quick)", "n": 1,
+        >>> g = {"task": "listops", "attention": "softmax", "label": "softmax (quick)", "n": 1,
         ...      "test_accuracy": {"mean": 0.4, "std": 0.0},
         ...      "examples_per_s": {"mean": 300.0, "std": 0.0}}
         >>> p = plot_accuracy_vs_throughput([g], os.path.join(tempfile.mkdtemp(), "a.png"))
@@ -42,10 +42,14 @@ def plot_accuracy_vs_throughput(
         True
     """
     path = pathlib.Path(path)
+    mpl = load_matplotlib(f"the plot {path}")
+    if mpl is None:
+        return None
     path.parent.mkdir(parents=True, exist_ok=True)
     points = [g for g in groups if g.get("examples_per_s") and g.get("test_accuracy")]
     tasks = list(dict.fromkeys(g["task"] for g in points))
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig = new_figure(mpl, figsize=(7.5, 5))
+    ax = fig.subplots()
     # A suffix shared by every label (e.g. " (quick)") goes to the title, not to each point.
     labels = [g["label"] for g in points]
     suffix = _shared_suffix(labels)
@@ -60,7 +64,7 @@ def plot_accuracy_vs_throughput(
         labelled.append((x["mean"], 100 * y["mean"], text))
     if points:
         ax.set_xscale("log")
-        plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+        plain = mpl.ticker.FuncFormatter(lambda v, _: f"{v:g}")
         ax.xaxis.set_major_formatter(plain)
         ax.xaxis.set_minor_formatter(plain)
         ax.margins(x=0.15, y=0.1)  # room for the labels right of the points
@@ -71,13 +75,32 @@ def plot_accuracy_vs_throughput(
         ax.legend(unique.values(), unique.keys(), title="task")
     ax.set_xlabel("training throughput (examples/s, median over logged windows)")
     ax.set_ylabel("test accuracy (%), best-validation checkpoint")
-    ax.set_title(title or "test accuracy vs training throughput (mean ± std over seeds)"
-                 + (f", all{suffix}" if suffix else ""))
+    ax.set_title(title or default_title(points, suffix), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
+
+
+def default_title(groups: list[dict[str, Any]], suffix: str = "") -> str:
+    """What the plot shows: its task(s), its methods, and the label ending they share.
+
+    Example:
+        >>> default_title([{"task": "listops", "attention": "softmax"},
+        ...                {"task": "listops", "attention": "nystrom"}], " (quick, steps=300)")
+        'ListOps, 2 methods: softmax, nystrom (quick, steps=300)'
+    """
+    from spectral_jax.attention import available_attentions
+
+    tasks = ", ".join(TITLES.get(t, t) for t in dict.fromkeys(g["task"] for g in groups))
+    methods = list(dict.fromkeys(g["attention"] for g in groups))
+    if set(methods) == set(available_attentions()):
+        named = f"all {len(methods)} methods"
+    elif len(methods) <= 5:
+        named = f"{len(methods)} method{'s' * (len(methods) != 1)}: {', '.join(methods)}"
+    else:
+        named = f"{len(methods)} methods"
+    return f"{tasks or 'no runs'}, {named}{suffix}"
 
 
 def _shared_suffix(labels: list[str]) -> str:

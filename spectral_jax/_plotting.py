@@ -1,0 +1,63 @@
+"""matplotlib, an optional dependency: every plot of the package gets its figures here.
+
+Plots are extras of commands whose real output is a table or a JSON file (``spectral-jax
+sweep``, ``table --plot``, ``bench speed``, ``bench error``). matplotlib comes with the
+``bench`` extra, so without it a plot is skipped with one line saying what to install, and
+the command still succeeds.
+
+Figures are built with ``matplotlib.figure.Figure`` on an Agg canvas, never through pyplot:
+files only, so sweeps run headless, and the pyplot backend of a notebook that imports the
+package is left as it was.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from typing import Any
+
+INSTALL_HINT = "pip install 'spectral_jax[bench]'"
+
+
+def load_matplotlib(what: str) -> ModuleType | None:
+    """The ``matplotlib`` package with its ``figure``, ``ticker`` and Agg backend imported.
+
+    Args:
+      what: the plot a caller is about to draw (e.g. ``"the plot runs/sweep/a.png"``),
+        named in the line printed when matplotlib is missing.
+
+    Returns:
+      The module, or None when matplotlib cannot be imported; then one line goes to stderr:
+      ``"skipped <what>: matplotlib is not installed (pip install 'spectral_jax[bench]')"``.
+
+    Example:
+      >>> load_matplotlib("the plot a.png").figure.Figure.__name__
+      'Figure'
+    """
+    try:
+        import matplotlib
+        import matplotlib.backends.backend_agg
+        import matplotlib.figure
+        import matplotlib.ticker  # noqa: F401 - an attribute of the returned module
+    except ImportError:
+        print(f"skipped {what}: matplotlib is not installed ({INSTALL_HINT})", file=sys.stderr,
+              flush=True)
+        return None
+    return matplotlib
+
+
+def new_figure(mpl: ModuleType, **kwargs: Any) -> Any:
+    """A ``matplotlib.figure.Figure(**kwargs)`` drawn by an Agg canvas (for ``savefig``).
+
+    Args:
+      mpl: from :func:`load_matplotlib`.
+      **kwargs: ``Figure`` arguments, e.g. ``figsize=(7, 4)``.
+
+    Example:
+      >>> fig = new_figure(load_matplotlib("a plot"), figsize=(2, 1))
+      >>> type(fig.canvas).__name__
+      'FigureCanvasAgg'
+    """
+    fig = mpl.figure.Figure(**kwargs)
+    mpl.backends.backend_agg.FigureCanvasAgg(fig)
+    return fig
