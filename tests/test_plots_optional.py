@@ -67,13 +67,14 @@ def test_sweep_ends_with_status_0_and_its_tables(no_matplotlib, tmp_path, capsys
     out = tmp_path / "sweep"
     for seed in (0, 1):
         _write_run(out / f"softmax-seed{seed}", "softmax", seed, 0.4 + seed / 10)
-    rc = cli.main(["sweep", "--config", LISTOPS, "--attention", "softmax", "--seeds", "0", "1", "--workdir", str(out),
-                   "--in-process"])
+    rc = cli.main(["sweep", "--config", LISTOPS, "--attention", "softmax", "--seeds", "0", "1",
+                   "--workdir", str(out), "--in-process"])
     stdout, err = capsys.readouterr()
     assert rc == 0
     assert err == _line(out / sweep.PLOT_PNG) + "\n"
     assert f"wrote {out / sweep.TABLE_MD}, {out / sweep.TABLE_JSON}\n" in stdout
-    assert "| softmax (quick) | 45.00 ± 7.07 (n=2) | 45.00 |" in (out / sweep.TABLE_MD).read_text()
+    table_md = (out / sweep.TABLE_MD).read_text()
+    assert "| softmax (quick) | 45.00 ± 7.07 (n=2) | 45.00 |" in table_md
     assert json.loads((out / sweep.TABLE_JSON).read_text())["groups"][0]["n"] == 2
     assert [r["status"] for r in json.loads((out / sweep.SWEEP_JSON).read_text())["runs"]] == [
         "skipped", "skipped"]

@@ -106,9 +106,9 @@ def test_table_accepts_a_sweep_folder(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert cli.main(["table", str(tmp_path / "empty")]) == 2
     assert capsys.readouterr().err == (
-        f"spectral-jax table: error: run {str(tmp_path / 'empty')!r} has no results.json (not finished, or not a "
-        "run directory), and holds no run folders with a results.json or failed.json (not a "
-        "sweep folder)\n")
+        f"spectral-jax table: error: run {str(tmp_path / 'empty')!r} has no results.json "
+        "(not finished, or not a run directory), and holds no run folders with a results.json "
+        "or failed.json (not a sweep folder)\n")
 
 
 @pytest.mark.parametrize("folder", ["listops_quick", "fmnist_quick"])

@@ -42,7 +42,8 @@ def readme_tables(results: list[dict[str, Any]]) -> str:
         >>> print(text)  # doctest: +NORMALIZE_WHITESPACE
         ListOps, quick:
         <BLANKLINE>
-        | method | seeds | test accuracy (%) | vs softmax | train examples/s | train-step peak | parameters |
+        | method | seeds | test accuracy (%) | vs softmax | train examples/s | train-step peak
+          | parameters |
         | --- | ---: | ---: | ---: | ---: | ---: | ---: |
         | `softmax` | 1 | 50.00 | — | 300 | 64 MiB | 1,000 |
         | `linear` | 1 | 45.00 | **-5.0** | 300 | 64 MiB | 1,000 |
