@@ -9,7 +9,6 @@ signal to its running child and stops after the child has saved.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from flax import nnx
 
 from spectral_jax.train import checkpoint as checkpoint_lib
 from spectral_jax.train import run as run_lib
+from spectral_jax.train import sweep as sweep_lib
 from spectral_jax.train.cli import load_config
 from spectral_jax.train.interrupt import StopSignals, TrainingInterrupted
 from spectral_jax.train.loop import train_and_evaluate
@@ -127,14 +127,14 @@ def test_signal_saves_the_step_and_resume_is_bit_exact(reference, signum):
 
 
 def test_second_sigint_stops_at_once_and_sigterm_is_ignored():
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with pytest.raises(KeyboardInterrupt):
         with StopSignals() as stop:
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGTERM)  # the second SIGTERM: ignored
             assert stop.signum == signal.SIGTERM
             os.kill(os.getpid(), signal.SIGINT)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert {s: signal.getsignal(s) for s in before} == before  # restored on leaving
 
 
 def test_interrupted_message_and_exit_status():
@@ -142,6 +142,13 @@ def test_interrupted_message_and_exit_status():
     assert isinstance(err, KeyboardInterrupt) and (err.step, err.exit_status) == (310, 143)
     assert str(err) == ("interrupted at step 310; checkpoint saved; rerun the same command "
                         "to resume")
+
+
+def test_sweep_names_a_run_stopped_by_a_signal_sent_to_it_alone():
+    line = "interrupted at step 6; checkpoint saved; rerun the same command to resume"
+    assert sweep_lib.failure_reason(143, ["step 6: loss 1.0", line]) == (
+        f"interrupted (exit status 143): {line}")
+    assert sweep_lib.failure_reason(130, [line]).startswith("interrupted (exit status 130)")
 
 
 def test_sweep_forwards_the_signal_and_stops_after_the_run_saved(tmp_path):

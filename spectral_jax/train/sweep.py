@@ -23,6 +23,7 @@ import collections
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -315,8 +316,9 @@ def failure_reason(code: int, output: list[str]) -> str | None:
     """Why ``spectral-jax train`` exited with ``code``, from the last lines of its output.
 
     The train command exits 1 when the loss diverged, 2 on a config or data error (printing
-    ``error: ...`` for both); an uncaught exception also exits 1 with a traceback; a negative
-    code is the signal that killed it.
+    ``error: ...`` for both); an uncaught exception also exits 1 with a traceback; 130 and 143
+    mean SIGINT or SIGTERM stopped it after a checkpoint; a negative code is the signal that
+    killed it.
 
     Returns:
         None for code 0, else ``"<kind> (exit status N): <last error line>"``.
@@ -334,7 +336,9 @@ def failure_reason(code: int, output: list[str]) -> str | None:
     if code < 0:
         hint = " (SIGKILL: often the out-of-memory killer)" if code == -9 else ""
         return f"killed by signal {-code}{hint}; last output: {detail}"
-    kind = {1: "diverged" if "NaN or inf" in detail else "crashed", 2: "config error"}
+    kind = {1: "diverged" if "NaN or inf" in detail else "crashed", 2: "config error",
+            # A signal sent to the run itself: it saved, and the next sweep resumes it.
+            **{128 + s: "interrupted" for s in (signal.SIGINT, signal.SIGTERM)}}
     return f"{kind.get(code, 'crashed')} (exit status {code}): {detail}"
 
 
