@@ -23,7 +23,8 @@ REQUIRED_FILES = ("_CHECKPOINT_METADATA", os.path.join("state", "_METADATA"),
 
 
 class Checkpointer:
-    """Saves ``(state, meta)`` at evaluation steps under ``directory``.
+    """Saves ``(state, meta)`` at evaluation steps, and at a step stopped by a signal, under
+    ``directory``.
 
     Keeps the ``keep`` most recent checkpoints plus the one with the highest validation accuracy
     (ties go to the later step, as orbax's ``BestN`` ranks them). Each step stores its
