@@ -9,7 +9,9 @@ allows it). Variables live in the usual collections: ``"params"`` and, for Perfo
 non-trainable projection in ``"random_features"`` (pass every collection to ``apply``).
 Randomness at ``apply``: the ``"dropout"`` rng (and optionally ``"landmarks"``) when
 ``deterministic=False``. The same seed gives different parameters in Linen and NNX (the
-bridge draws keys differently), so compare behaviour, not values.
+bridge draws keys differently); from the same parameters (an NNX model's
+``nnx.to_pure_dict(nnx.state(model, nnx.Param))`` as ``{"params": {"model": ...}}``) both
+give the same outputs.
 
 Pure attention functions need no wrapper: pass them as
 ``flax.linen.MultiHeadDotProductAttention(attention_fn=...)``.
