@@ -22,9 +22,10 @@ def test_frozen_delta_keeps_the_output_and_drops_deltas_share_of_the_gradient(re
     # Same output: (1 − δ)·Nyström + δ·V is spectral shifting when nothing is padded.
     assert r["output_gap"] < 1e-5
     # δ does not depend on V, so V's gradient is untouched; Q's and K's lose δ's share,
-    # small where δ ≈ 0 and a material part where δ is (here 0.47-0.99).
+    # small where δ ≈ 0 (a few percent: 2-7% over seeds, at n = 64 and 512, for both the
+    # paired and the split δ) and a material part where δ is (here 0.5; 0.15-0.25).
     assert r["v"] < 1e-5
     if material:
-        assert r["delta_max"] > 0.4 and r["k"] > 0.05
+        assert r["delta_max"] > 0.4 and r["k"] > 0.1
     else:
-        assert r["delta_max"] < 0.01 and max(r["q"], r["k"]) < 0.02
+        assert r["delta_max"] < 0.01 and max(r["q"], r["k"]) < 0.08

@@ -72,7 +72,7 @@ def test_global_pinv_init_trains_inside_shard_map():
     mesh = jax.make_mesh((2,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
     spec = jax.sharding.PartitionSpec("data")
     fns = [GLOBAL_METHODS["nystrom"],
-           functools.partial(GLOBAL_METHODS["spectral_shift"], shift="estimate")]
+           functools.partial(GLOBAL_METHODS["spectral_shift"], shift="paired")]
     sharded = [jax.shard_map(fn, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec,
                              check_vma=True) for fn in fns]
     per_device = [lambda q, k, v, fn=fn: jnp.concatenate(

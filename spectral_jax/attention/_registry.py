@@ -175,8 +175,9 @@ ATTENTIONS: dict[str, AttentionSpec] = {
         AttentionSpec(
             "spectral_shift", spectral_shift_attention,
             "Verma 2021 (arXiv:2103.05638) with Wang et al. 2014's spectral shift",
-            "O(nmd + nm² + m³)", False, "softmax",
-            recorded=("num_landmarks", "pinv_iterations"), budget="num_landmarks",
+            "O(n(m + s)d + sm² + m³)", False, "softmax",
+            recorded=("num_landmarks", "pinv_iterations", "shift", "num_delta_rows"),
+            budget="num_landmarks",
             conv_skip=True, test_budget=8),
         AttentionSpec(
             "skyformer", skyformer_attention, "Chen et al. 2021, §4.2 eq. 4-6", "O(nmd + m³)",

@@ -9,7 +9,11 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax.attention import _common, _softmax
-from spectral_jax.attention._landmarks import evenly_spaced_positions, segment_means
+from spectral_jax.attention._landmarks import (
+    _position_of_rank as rank_positions,
+    evenly_spaced_positions,
+    segment_means,
+)
 from spectral_jax.attention._nystrom import (
     LandmarkKernels,
     check_landmark_args,
@@ -21,28 +25,79 @@ from spectral_jax.attention._pinv import iterative_pinv
 
 Array = jax.Array
 
-SHIFTS = ("estimate", "exact", "zero")
+SHIFTS = ("paired", "split", "exact", "zero")
+# The paired form's default sample: half the landmarks, and at least this many rows. Measured
+# by benchmarks/spectral_shift_delta_forms.py (n = 1024): at m = 64 it costs 1.15x
+# Nyströmformer's operations, forward and backward, against 1.27x with s = m; fewer rows at
+# m = 16 (s = 8 or 12) left the sharpness-1.0 error outside the split form's seed range.
+MIN_PAIRED_ROWS = 32
 
 
-def _sampled_rows(diag_valid: Array, shift: str, num_samples: int) -> Array:
-    """The rows whose S_ii enter tr S: all of them (``"exact"``) or evenly spaced ones."""
-    if shift == "exact":
-        return jnp.arange(diag_valid.shape[0])
-    return evenly_spaced_positions(diag_valid, num_samples)
+def delta_rows(shift: str, num_delta_rows: int | None, num_landmarks: int) -> int:
+    """The number s of sampled diagonal rows: ``num_delta_rows``, else the form's default.
 
-
-def _trace_softmax(diag: Array, diag_valid: Array, rows: Array, shift: str) -> Array:
-    """tr S over the valid diagonal from S_ii at ``rows``: their sum, or n_valid times their mean.
-
-    The estimate is n_valid times the mean of S_ii over m rows spread evenly over the valid
-    tokens (a stratified sample), each S_ii with its exact row normaliser, so it costs the
-    same O(n·m·d) as one landmark kernel and is exact whenever the diagonal is constant
-    (near-identity or uniform attention).
+    ``"paired"``: max(32, m // 2); ``"split"``: m.
     """
-    sample = jnp.where(diag_valid[rows], diag, 0.0)
-    if shift == "exact":
-        return jnp.sum(sample)
-    return diag_valid.sum() * jnp.mean(sample)
+    if num_delta_rows is not None:
+        return num_delta_rows
+    if shift == "paired":
+        return max(MIN_PAIRED_ROWS, num_landmarks // 2)
+    return num_landmarks
+
+
+def _sampled_rows(diag_valid: Array, shift: str, num_rows: int) -> tuple[Array, Array]:
+    """The diagonal rows δ is taken from, and which of them count.
+
+    ``"exact"``: every row. ``"split"``: ``num_rows`` positions evenly spaced over the valid
+    tokens (repeated when there are fewer valid tokens than that). ``"paired"``: the same
+    positions, but each valid token once when there are at most ``num_rows`` of them, so
+    that the sample is then the whole diagonal. Rows are chosen by rank among the valid
+    tokens, never by padded position, so padding never changes which tokens are sampled.
+    """
+    n = diag_valid.shape[0]
+    if shift == "exact" or (shift == "paired" and num_rows >= n):
+        return jnp.arange(n), diag_valid
+    if shift == "split":
+        rows = evenly_spaced_positions(diag_valid, num_rows)
+        return rows, diag_valid[rows]
+    n_valid = diag_valid.sum()
+    j = jnp.arange(num_rows)
+    ranks = jnp.where(n_valid <= num_rows, j, ((2 * j + 1) * n_valid) // (2 * num_rows))
+    rows = rank_positions(diag_valid, jnp.minimum(ranks, jnp.maximum(n_valid - 1, 0)))
+    return rows, (j < n_valid) & diag_valid[rows]
+
+
+def _split_trace_terms(
+    kern: LandmarkKernels, z: Array, v: Array, diag: Array, diag_valid: Array,
+    row_valid: Array,
+) -> tuple[Array, Array, Array]:
+    """``shift="split"``: tr S − tr(F Z B), n_valid − tr(F Z B), and BV.
+
+    tr S is n_valid times the mean of the sampled S_ii (a stratified sample, O(s·n·d));
+    tr(F Z B) = tr(Z (B F)) is exact over all n rows, O(n·m²), never the n x n matrix. B·[V, F]
+    is one product, giving BV for the output too.
+    """
+    f_diag = jnp.where(diag_valid[:, None], kern.f, 0.0)
+    d = v.shape[-1]
+    bv_bf = kern.b @ jnp.concatenate([v, f_diag], axis=-1)
+    trace_nystrom = jnp.sum(z * bv_bf[:, d:].T)
+    trace_s = diag_valid.sum() * jnp.mean(jnp.where(row_valid, diag, 0.0))
+    return trace_s - trace_nystrom, diag_valid.sum() - trace_nystrom, bv_bf[:, :d]
+
+
+def _paired_trace_terms(
+    kern: LandmarkKernels, z: Array, rows: Array, diag: Array, row_valid: Array,
+) -> tuple[Array, Array]:
+    """Σ_i (S_ii − N_ii) and Σ_i (1 − N_ii) over the sampled rows i, N_ii = F_i Z B_{:,i}.
+
+    O(s·m²): both sums come from the same rows, so their sampling errors largely cancel in
+    the ratio δ, and it is exact whenever both diagonals are constant (or every valid row is
+    sampled).
+    """
+    nystrom_diag = jnp.sum((kern.f[rows] @ z) * kern.b[:, rows].T, axis=-1)
+    residual = jnp.sum(jnp.where(row_valid, diag - nystrom_diag, 0.0))
+    room = jnp.sum(jnp.where(row_valid, 1.0 - nystrom_diag, 0.0))
+    return residual, room
 
 
 def _shifted_kernels(
@@ -72,7 +127,8 @@ def _shifted_kernels(
 def _shift_head(
     q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, q_landmark_valid: Array, *,
     scale: float, num_landmarks: int, pinv_iterations: int | None, pinv_init: str,
-    shift: str, return_delta: bool, pinv_scale: Array | None = None,
+    shift: str, num_delta_rows: int | None, return_delta: bool,
+    pinv_scale: Array | None = None,
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
     q, k, v = q.astype(ct) * scale, k.astype(ct), v.astype(ct)
@@ -86,30 +142,27 @@ def _shift_head(
     # δ lives on the diagonal, so only positions that are both a valid query and a
     # valid key take part (for self-attention padding these are the same positions).
     diag_valid = q_valid & k_valid
-    rows = _sampled_rows(diag_valid, shift, num_landmarks)
+    rows, row_valid = _sampled_rows(
+        diag_valid, shift, delta_rows(shift, num_delta_rows, num_landmarks))
     kern, diag = _shifted_kernels(q, k, q_landmark_valid, k_valid, rows, num_landmarks)
     z = iterative_pinv(kern.a, pinv_iterations, pinv_init, norm=pinv_scale)
-    f_diag = jnp.where(diag_valid[:, None], kern.f, 0.0)
-    # B·[V, F] in one product: BV for the output and BF for tr(F Z B) = tr(Z (B F)), O(n m²),
-    # never the n x n matrix.
-    d = v.shape[-1]
-    bv_bf = kern.b @ jnp.concatenate([v, f_diag], axis=-1)
-    trace_nystrom = jnp.sum(z * bv_bf[:, d:].T)
-    trace_s = _trace_softmax(diag, diag_valid, rows, shift)
-    n_valid = diag_valid.sum()
-    m_valid = kern.key_landmark_valid.sum()
-    # δ makes tr((1 − δ) F Z B + δ I) equal tr S. Clipped to [0, 1] so that every row
-    # stays a convex mix of a Nyström row and an identity row (summing to one wherever
-    # Nyström's rows do); δ = 0 when every token is its own landmark (n_valid <= m).
-    room = n_valid - trace_nystrom
+    if shift == "split":
+        residual, room, bv = _split_trace_terms(kern, z, v, diag, diag_valid, row_valid)
+    else:
+        residual, room = _paired_trace_terms(kern, z, rows, diag, row_valid)
+        bv = None
+    # δ makes the trace of (1 − δ) F Z B + δ I match S's (over the sampled rows). Clipped
+    # to [0, 1] so that every row stays a convex mix of a Nyström row and an identity row
+    # (summing to one wherever Nyström's rows do); δ = 0 when every token is its own
+    # landmark (n_valid <= m), and when there is no valid row.
     delta = jnp.where(
-        (n_valid > m_valid) & (room > 0),
-        jnp.clip((trace_s - trace_nystrom) / jnp.where(room > 0, room, 1.0), 0.0, 1.0),
+        (diag_valid.sum() > kern.key_landmark_valid.sum()) & (room > 0),
+        jnp.clip(residual / jnp.where(room > 0, room, 1.0), 0.0, 1.0),
         0.0,
     )
     if return_delta:
         return delta
-    w = landmark_values(kern, z, v, k_valid, num_landmarks, bv=bv_bf[:, :d])
+    w = landmark_values(kern, z, v, k_valid, num_landmarks, bv=bv)
     # A valid query whose own key is padding has no diagonal entry to shift weight to.
     keep = jnp.where(diag_valid, 1.0 - delta, 1.0)[:, None]
     # Scaling F's rows before the product (not the product after) lets the backward pass
@@ -119,8 +172,11 @@ def _shift_head(
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
-def _check_shift_args(method: str, query: Array, key: Array, shift: Any) -> None:
+def _check_shift_args(
+    method: str, query: Array, key: Array, shift: Any, num_delta_rows: Any
+) -> None:
     _common.check_choice(method, "shift", shift, SHIFTS)
+    _common.check_positive_int(method, "num_delta_rows", num_delta_rows, allow_none=True)
     if query.shape[-3] != key.shape[-3]:
         raise ValueError(
             f"{method}(): spectral shifting adds δ·I, so it needs self-attention shapes with "
@@ -141,7 +197,8 @@ def spectral_shift_attention(
     num_landmarks: int = 64,
     pinv_iterations: int | None = 6,
     pinv_init: str = "per_matrix",
-    shift: str = "estimate",
+    shift: str = "paired",
+    num_delta_rows: int | None = None,
     query_seq_lengths: Array | None = None,
     key_value_seq_lengths: Array | None = None,
     head_chunk_size: int | None = None,
@@ -150,30 +207,34 @@ def spectral_shift_attention(
     """Spectrally shifted Nyström attention: S ≈ (1 − δ)·F Z B + δ·I, out = (1 − δ)·F(Z(BV)) + δ·V.
 
     F, A, B are Nyströmformer's three landmark softmax kernels (:func:`nystrom_attention`)
-    and Z ≈ A⁺ by the iterative pseudo-inverse. The shift δ is taken from the trace of the
-    Nyström residual S − F Z B, so that the approximation has S's trace:
+    and Z ≈ A⁺ by the iterative pseudo-inverse. The shift δ is taken from the diagonal of
+    the Nyström residual S − F Z B, so that the approximation has S's trace:
 
         δ = clip((tr S − tr(F Z B)) / (n_valid − tr(F Z B)), 0, 1),
 
     with n_valid the valid tokens; δ = 0 when n_valid ≤ m_valid (every token its own
-    landmark). tr(F Z B) = tr(Z·(BF)) costs O(n·m²). The low-rank part is scaled by 1 − δ,
-    not just added to: each row becomes a convex mix of a Nyström row and an identity row, so
-    it sums to one, as a row of S does, wherever the Nyström row does (Nyström plus δ·I would
-    sum to 1 + δ). This is the spectral-shifting Nyström model of Wang et al. (2014),
-    K ≈ C̄ W̄⁺ C̄ᵀ + δI with C̄, W̄ taken from K − δI, once the shift is carried into the landmark
-    kernels, which are close to (1 − δ)·F, A, B when S is near the identity. An earlier version kept Z and subtracted
-    δ·F⁺B⁺ from it (the "modified" model's core); its error on sharp inputs grew with m.
-    This form's does not: on near-identity attention it stays at the error of S ≈ I itself,
-    at intermediate sharpness it is flat within the seed spread, and elsewhere it falls with
-    m as Nyström's does (`bench error`, see ``benchmarks/README.md``). tr S is obtained by
-    ``shift``:
+    landmark). The low-rank part is scaled by 1 − δ, not just added to: each row becomes a
+    convex mix of a Nyström row and an identity row, so it sums to one, as a row of S does,
+    wherever the Nyström row does (Nyström plus δ·I would sum to 1 + δ). This is the
+    spectral-shifting Nyström model of Wang et al. (2014), K ≈ C̄ W̄⁺ C̄ᵀ + δI with C̄, W̄
+    taken from K − δI, once the shift is carried into the landmark kernels, which are close
+    to (1 − δ)·F, A, B when S is near the identity. On near-identity attention the error
+    stays at that of S ≈ I itself, at intermediate sharpness it is flat in m within the seed
+    spread, and elsewhere it falls with m as Nyström's does (`bench error`, see
+    ``benchmarks/README.md``). The two traces are obtained by ``shift``:
 
-    - ``"estimate"`` (default, O(n·m·d), the cost of one landmark kernel): n_valid times the
-      mean of S_ii over ``num_landmarks`` rows spread evenly over the valid tokens, each with
-      its exact row normaliser (a stratified sample; exact when the diagonal is constant, as
-      for near-identity or uniform attention).
-    - ``"exact"``: S_ii from the full row normalisers, O(n²); for tests and small n.
+    - ``"paired"`` (default, O(s·n·d + s·m²)): both from the same s sampled rows i,
+      δ = clip(Σ_i (S_ii − N_ii) / Σ_i (1 − N_ii), 0, 1) with N_ii = F_i Z B_{:,i}: a ratio
+      estimator whose numerator and denominator share their sampling error. The rows are
+      spread evenly over the valid tokens (every valid token once when there are at most s),
+      each S_ii with its exact row normaliser; exact when both diagonals are constant.
+    - ``"split"``: tr S as n_valid times the mean of S_ii over the s sampled rows, tr(F Z B)
+      = tr(Z·(BF)) exact over all n rows, O(n·m²); the two traces carry different errors.
+    - ``"exact"``: every row, O(n²); for tests and small n.
     - ``"zero"``: δ = 0, which is exactly :func:`nystrom_attention`.
+
+    The gradient flows through δ (on sharp inputs it carries most of the query and key
+    gradients, ``benchmarks/spectral_shift_delta_gradient.py``).
 
     On diffuse attention tr S ≈ 1 and δ ≈ 0 (the method reduces to Nyströmformer); on sharp,
     near-identity attention tr S ≈ n and δ ≈ 1 restores the diagonal that a rank-m
@@ -192,7 +253,9 @@ def spectral_shift_attention(
       num_landmarks: m segment-means landmarks.
       pinv_iterations: iterations of :func:`iterative_pinv` (None = exact pinv).
       pinv_init: ``"per_matrix"`` or ``"global"``.
-      shift: ``"estimate"``, ``"exact"`` or ``"zero"`` (how tr S, hence δ, is obtained).
+      shift: ``"paired"``, ``"split"``, ``"exact"`` or ``"zero"`` (how δ is obtained).
+      num_delta_rows: s, the diagonal rows sampled by ``"paired"`` and ``"split"``; None:
+        max(32, m // 2) for ``"paired"``, m for ``"split"``.
       query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
         leading queries / keys of each example are valid (O(n) right padding, as in
         ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
@@ -206,7 +269,8 @@ def spectral_shift_attention(
 
     Raises:
       ValueError: bad shapes (including q_len != kv_len), ``bias`` given, bad
-        ``num_landmarks``/``pinv_iterations``/``pinv_init``/``shift``, non-padding mask.
+        ``num_landmarks``/``pinv_iterations``/``pinv_init``/``shift``, a non-positive
+        ``num_delta_rows``, non-padding mask.
       NotImplementedError: ``is_causal=True``.
       TypeError: non-float inputs, non-bool mask, unknown keywords.
 
@@ -228,7 +292,7 @@ def spectral_shift_attention(
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
     # Checked here too, as the num_landmarks >= length path below never reaches lift().
     _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
-    _check_shift_args(method, query, key, shift)
+    _check_shift_args(method, query, key, shift, num_delta_rows)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
@@ -240,7 +304,7 @@ def spectral_shift_attention(
     q_landmark_valid = _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths)
     head = functools.partial(
         _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
-        pinv_init=pinv_init, shift=shift, return_delta=False,
+        pinv_init=pinv_init, shift=shift, num_delta_rows=num_delta_rows, return_delta=False,
         pinv_scale=global_pinv_norm(
             query, key, q_landmark_valid, k_valid, scale=scale, num_landmarks=num_landmarks,
             pinv_init=pinv_init, pinv_iterations=pinv_iterations),
@@ -260,7 +324,8 @@ def spectral_shift_delta(
     num_landmarks: int = 64,
     pinv_iterations: int | None = 6,
     pinv_init: str = "per_matrix",
-    shift: str = "estimate",
+    shift: str = "paired",
+    num_delta_rows: int | None = None,
     query_seq_lengths: Array | None = None,
     key_value_seq_lengths: Array | None = None,
 ) -> Array:
@@ -268,8 +333,8 @@ def spectral_shift_delta(
 
     Args:
       query, key: float ``(batch..., n, heads, head_dim)``.
-      mask, scale, num_landmarks, pinv_iterations, pinv_init, shift, query_seq_lengths,
-        key_value_seq_lengths: as in :func:`spectral_shift_attention`.
+      mask, scale, num_landmarks, pinv_iterations, pinv_init, shift, num_delta_rows,
+        query_seq_lengths, key_value_seq_lengths: as in :func:`spectral_shift_attention`.
 
     Returns:
       float32 (or wider) ``(batch..., heads)``, 0 ≤ δ ≤ 1 (dimensionless: a weight on V).
@@ -287,7 +352,7 @@ def spectral_shift_delta(
     method = "spectral_shift_delta"
     _common.check_qkv(method, query, key, key)
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
-    _check_shift_args(method, query, key, shift)
+    _check_shift_args(method, query, key, shift, num_delta_rows)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
@@ -298,7 +363,7 @@ def spectral_shift_delta(
     q_landmark_valid = _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths)
     head = functools.partial(
         _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
-        pinv_init=pinv_init, shift=shift, return_delta=True,
+        pinv_init=pinv_init, shift=shift, num_delta_rows=num_delta_rows, return_delta=True,
         pinv_scale=global_pinv_norm(
             query, key, q_landmark_valid, k_valid, scale=scale, num_landmarks=num_landmarks,
             pinv_init=pinv_init, pinv_iterations=pinv_iterations),
