@@ -3,8 +3,8 @@
 Forms, all of ``spectral_shift_attention``: ``paired`` (δ from s sampled diagonal rows,
 numerator and denominator from the same rows, O(s·m²)), ``split`` (tr S from s sampled rows,
 tr(F Z B) exact over all n rows, O(n·m²)), ``exact`` (every row, O(n²)) and ``zero``
-(Nyströmformer); ``split`` samples s = m rows, ``paired`` s = f·m for each ``--fractions`` f
-(m the landmark count). Inputs are ``bench error``'s (the same seeds give the same q, k, v), so
+(Nyströmformer); ``split`` samples s = m rows, ``paired`` its default max(32, m // 2) and
+s = f·m for each ``--fractions`` f (m the landmark count). Inputs are ``bench error``'s (the same seeds give the same q, k, v), so
 a form's row at the default s reproduces ``bench error --methods spectral_shift`` with
 ``shift`` at that value. Each row gives the median over seeds and the seed range.
 
@@ -14,7 +14,7 @@ Nyströmformer's.
 
 Usage:
     python benchmarks/spectral_shift_delta_forms.py --budgets 16 64 128 --seeds 0 1 2 \
-        --fractions 0.25 0.5 0.75 1 --cost-lengths 4096 8192 16384 \
+        --fractions 0.25 0.5 1 --cost-lengths 4096 8192 16384 \
         --out benchmarks/spectral_shift_delta_forms
 """
 
@@ -44,11 +44,12 @@ REGIMES = (
 def forms(num_landmarks: int, fractions: list[float]) -> list[tuple[str, dict]]:
     """``(label, spectral_shift_attention keywords)`` for every form compared.
 
-    ``split`` at s = m (its default), ``paired`` at
+    ``split`` at its default s = m, ``paired`` at its default s = max(32, m // 2) and at
     s = max(1, round(f·m)) for each fraction f.
     """
     out = [("nystrom", {"shift": "zero"}),
-           ("split s=m", {"shift": "split", "num_delta_rows": num_landmarks})]
+           ("split s=m", {"shift": "split", "num_delta_rows": num_landmarks}),
+           ("paired (default s)", {"shift": "paired"})]
     for f in fractions:
         s = max(1, round(f * num_landmarks))
         out.append((f"paired s={f:g}m", {"shift": "paired", "num_delta_rows": s}))
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--budgets", type=int, nargs="+", default=[16, 64, 128])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--fractions", type=float, nargs="+", default=[0.5],
+    parser.add_argument("--fractions", type=float, nargs="*", default=[],
                         help="paired form's sampled rows s as fractions of num_landmarks")
     parser.add_argument("--cost-lengths", type=int, nargs="*", default=[])
     parser.add_argument("--cost-landmarks", type=int, default=64)
