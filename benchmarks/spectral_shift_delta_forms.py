@@ -4,9 +4,10 @@ Forms, all of ``spectral_shift_attention``: ``paired`` (δ from s sampled diagon
 numerator and denominator from the same rows, O(s·m²)), ``split`` (tr S from s sampled rows,
 tr(F Z B) exact over all n rows, O(n·m²)), ``exact`` (every row, O(n²)) and ``zero``
 (Nyströmformer); ``split`` samples s = m rows, ``paired`` its default max(32, m // 2) and
-s = f·m for each ``--fractions`` f (m the landmark count). Inputs are ``bench error``'s (the same seeds give the same q, k, v), so
-a form's row at the default s reproduces ``bench error --methods spectral_shift`` with
-``shift`` at that value. Each row gives the median over seeds and the seed range.
+s = f·m for each ``--fractions`` f (m the landmark count). Inputs are ``bench error``'s
+(the same seeds give the same q, k, v), so the paired default's per-seed errors are those of
+``bench error --methods spectral_shift``. Each row gives the median over seeds and the seed
+range.
 
 ``--cost-lengths`` adds XLA's forward+backward operation count (``bench speed``'s layout:
 batch 1, 4 heads, head_dim 64, ``--cost-landmarks`` landmarks) of each form over
