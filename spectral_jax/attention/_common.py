@@ -6,6 +6,7 @@ lifted here with ``jax.vmap`` over heads and batch, so the per-head code never s
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -228,11 +229,14 @@ CPU_TOKENS_PER_STEP = 4096
 
 
 def resolve_head_chunk_size(
-    method: str, head_chunk_size: Any, num_slices: int, length: int
+    method: str, head_chunk_size: Any, num_slices: int, length: int, *,
+    platform: str | None = None,
 ) -> int:
-    """How many (example, head) slices :func:`lift` computes at once.
+    """How many (example, head) slices :func:`lift` computes at once on ``platform``.
 
-    ``None`` means all of them on GPU/TPU. On CPU it means about ``CPU_TOKENS_PER_STEP``
+    ``platform``: a lowering platform (``"cpu"``, ``"cuda"``, ``"tpu"``, ...), None for
+    ``jax.default_backend()``. ``head_chunk_size=None`` means all slices at once on GPU/TPU
+    (any platform but ``"cpu"``). On CPU it means about ``CPU_TOKENS_PER_STEP``
     tokens' worth of slices per step (at least one), or all at once when that would leave
     two steps or fewer. Measured on the 2-core CPU, forward+backward: Nyström at n = 8192,
     4 heads went from 148 ms and 59 MiB of temporaries (all heads vmapped) to 48 ms and
@@ -244,7 +248,7 @@ def resolve_head_chunk_size(
     check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
     if head_chunk_size is None:
         head_chunk_size = num_slices
-        if jax.default_backend() == "cpu":
+        if (platform or jax.default_backend()) == "cpu":
             chunk = max(1, CPU_TOKENS_PER_STEP // length)
             head_chunk_size = num_slices if 2 * chunk >= num_slices else chunk
     return min(int(head_chunk_size), num_slices)
@@ -284,17 +288,41 @@ def lift(
         v = jnp.where(k_valid[:, None], v, jnp.zeros_like(v))
         return method_head(q, k, v, q_valid, k_valid, *args)
 
-    head_chunk_size = resolve_head_chunk_size(
-        method, head_chunk_size, b * heads, max(query.shape[-3], key.shape[-3]))
+    length = max(query.shape[-3], key.shape[-3])
+    cpu_chunk = resolve_head_chunk_size(method, head_chunk_size, b * heads, length,
+                                        platform="cpu")
+    other_chunk = resolve_head_chunk_size(method, head_chunk_size, b * heads, length,
+                                          platform="accelerator")
     q, k, v = (x.reshape(b, *x.shape[-3:]) for x in (query, key, value))
-    if head_chunk_size >= b * heads:
+    operands = (q, k, v, query_valid, key_valid, *per_head_args)
+
+    def all_at_once(*xs: Array) -> Array:
         over_heads = jax.vmap(
             per_head, in_axes=(1, 1, 1, 0, 0) + (0,) * len(per_head_args), out_axes=1,
             axis_name="heads",
         )
-        out = jax.vmap(over_heads, axis_name="batch")(
-            q, k, v, query_valid, key_valid, *per_head_args)
-        return _poison(out, mask_ok).reshape(*batch_shape, *out.shape[1:])
+        return jax.vmap(over_heads, axis_name="batch")(*xs)
+
+    def run(chunk: int) -> Callable[..., Array]:
+        return all_at_once if chunk >= b * heads else functools.partial(
+            _chunked, per_head, heads, chunk)
+
+    if cpu_chunk == other_chunk:
+        out = run(cpu_chunk)(*operands)
+    else:
+        # The CPU-only chunking is chosen when the program is lowered, not traced: an
+        # exported (jax.export) or cross-platform program gets the loop only on CPU.
+        out = jax.lax.platform_dependent(*operands, cpu=run(cpu_chunk),
+                                         default=run(other_chunk))
+    return _poison(out, mask_ok).reshape(*batch_shape, *out.shape[1:])
+
+
+def _chunked(per_head: Callable[..., Array], heads: int, head_chunk_size: int, q: Array,
+             k: Array, v: Array, query_valid: Array, key_valid: Array,
+             *per_head_args: Array) -> Array:
+    """``per_head`` over every (example, head) slice, ``head_chunk_size`` slices per
+    ``jax.lax.map`` step, each step rematerialised; ``(B, n, H, d)`` out."""
+    b = q.shape[0]
 
     def one_slice(index: Array) -> Array:
         # Slicing the (B, n, H, d) inputs inside the step, rather than mapping over
@@ -310,8 +338,7 @@ def lift(
 
     out = jax.lax.map(jax.checkpoint(one_slice), jnp.arange(b * heads),
                       batch_size=head_chunk_size if head_chunk_size > 1 else None)
-    out = _poison(out.reshape(b, heads, *out.shape[1:]).swapaxes(1, 2), mask_ok)
-    return out.reshape(*batch_shape, *out.shape[1:])
+    return out.reshape(b, heads, *out.shape[1:]).swapaxes(1, 2)
 
 
 def _poison(out: Array, mask_ok: Array | None) -> Array:
