@@ -1,9 +1,10 @@
-"""``spectral-jax bench speed | error | dump-qkv``: the benchmark subcommands.
+"""``spectral-jax bench speed | error | compile | dump-qkv``: the benchmark subcommands.
 
     spectral-jax bench speed --lengths 1024 2048 4096 8192 16384 --out benchmarks/speed_cpu
     spectral-jax bench error --lengths 1024 --budgets 16 32 64 128 256 --out benchmarks/error
     spectral-jax bench dump-qkv --workdir runs/listops_quick --out runs/listops_quick/qkv.npz
     spectral-jax bench error --qkv runs/listops_quick/qkv.npz --out benchmarks/error_listops
+    spectral-jax bench compile --out benchmarks/compile_time_cpu
 
 Each writes ``<out>.json`` and ``<out>.png`` (and prints a rich table and where the files
 went); without ``--out``, into ``bench_out/`` (git-ignored), not the current folder. Bad
@@ -21,7 +22,8 @@ from typing import Any
 
 # Where results go without --out: one folder the repository's .gitignore lists.
 DEFAULT_OUT = {"speed": os.path.join("bench_out", "speed"),
-               "error": os.path.join("bench_out", "error")}
+               "error": os.path.join("bench_out", "error"),
+               "compile": os.path.join("bench_out", "compile")}
 
 
 def _console() -> Any:
@@ -177,6 +179,24 @@ def _dump_qkv(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compile(args: argparse.Namespace) -> int:
+    from spectral_jax.bench import compile as compile_lib
+    from spectral_jax.bench import report
+
+    console = _console()
+    records = compile_lib.run_compile(args.config, args.methods, args.repeats,
+                                      progress=console.print)
+    console.print(compile_lib.markdown_table(records), highlight=False)
+    payload = {"kind": "compile", "config": {k: v for k, v in vars(args).items()
+                                             if k != "func"},
+               "environment": {**_environment(), "load_average": os.getloadavg()},
+               "records": records}
+    json_path = report.write_json(f"{args.out}.json", payload)
+    md_path = compile_lib.write_markdown(f"{args.out}.md", records, payload)
+    console.print(f"wrote {json_path} and {md_path}", soft_wrap=True, highlight=False)
+    return 0
+
+
 def add_parser(subparsers: Any) -> None:
     """Registers ``bench`` with the ``speed``, ``error`` and ``dump-qkv`` subcommands.
 
@@ -251,6 +271,18 @@ def add_parser(subparsers: Any) -> None:
     er.add_argument("--out", default=DEFAULT_OUT["error"],
                     help="writes OUT.json and OUT.png (the default folder is git-ignored)")
     er.set_defaults(func=_error)
+
+    cp = sub.add_parser("compile", help="lower + compile time of one training step per "
+                        "method, as a ratio to softmax's")
+    cp.add_argument("--config", default="configs/lra/listops.py:quick",
+                    help="FILE.py[:ARG] of the training config (attention= is set per method)")
+    cp.add_argument("--methods", nargs="+", type=_method, default=None, metavar="METHOD",
+                    help="registry names (default: every registered method)")
+    cp.add_argument("--repeats", type=int, default=1,
+                    help="compiles per method; the minimum is reported")
+    cp.add_argument("--out", default=DEFAULT_OUT["compile"],
+                    help="writes OUT.json and OUT.md (the default folder is git-ignored)")
+    cp.set_defaults(func=_compile)
 
     dq = sub.add_parser("dump-qkv", help="capture q/k/v of one attention layer of a trained run")
     dq.add_argument("--workdir", required=True, help="a `spectral-jax train` run directory")
