@@ -13,7 +13,7 @@ from attention_cases import (
     APPROXIMATE, CAUSAL, NAMES, NON_CAUSAL, method_kwargs, padding_mask, qkv,
 )
 
-from spectral_jax.attention import get_attention, spectral_shift_delta
+from spectral_jax.attention import ATTENTIONS, get_attention, spectral_shift_delta
 
 B, N, H, D = 2, 48, 2, 8
 
@@ -165,8 +165,11 @@ def test_causal_outputs_do_not_see_the_future(name):
 @pytest.mark.parametrize("name", NON_CAUSAL)
 def test_causal_rejected_by_non_causal_methods(name):
     q, k, v = qkv(8, (1, N, H, D))
-    with pytest.raises(NotImplementedError, match="is_causal"):
+    with pytest.raises(NotImplementedError, match="is_causal") as info:
         _call(name, q, k, v, is_causal=True)
+    # The message lists exactly the registry's causal functions, in registry order.
+    listed = str(info.value).split("Functions with a causal form: ")[1].rstrip(".").split(", ")
+    assert listed == [ATTENTIONS[c].fn.__name__ for c in CAUSAL]
 
 
 @pytest.mark.parametrize("name", APPROXIMATE)

@@ -196,8 +196,22 @@ def reject_causal(method: str, is_causal: bool) -> None:
         raise NotImplementedError(
             f"{method}(): `is_causal=True` is not supported: this method mixes all key "
             "positions into shared landmarks or projections, so it has no causal form. "
-            "Causal methods: softmax, linear, performer."
+            f"{causal_methods_hint()}"
         )
+
+
+def causal_methods_hint() -> str:
+    """One sentence naming every registered function with a causal form, for error messages.
+
+    Example:
+      >>> causal_methods_hint().startswith("Functions with a causal form: softmax_attention, ")
+      True
+    """
+    # Imported here: the registry imports every method file, and they import this module.
+    from spectral_jax.attention._registry import ATTENTIONS
+
+    names = [spec.fn.__name__ for spec in ATTENTIONS.values() if spec.supports_causal]
+    return f"Functions with a causal form: {', '.join(names)}."
 
 
 def compute_dtype(dtype: Any) -> Any:

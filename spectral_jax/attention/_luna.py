@@ -26,7 +26,7 @@ def _prepare(
         raise NotImplementedError(
             f"{method}(): `is_causal=True` is not implemented: the packed sequence P' mixes "
             "every key position (Luna's causal form needs a separate per-position pack). "
-            "Causal methods: softmax, linear, performer."
+            f"{_common.causal_methods_hint()}"
         )
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     packed_query = check_summary_queries(method, "packed_query", packed_query, query)

@@ -155,7 +155,7 @@ def probsparse_attention(
         raise NotImplementedError(
             f"{method}(): `is_causal=True` is not supported: ProbSparse picks the top-u "
             "queries of the whole sequence, so an earlier query's output depends on later "
-            "tokens. Causal methods: softmax, linear, performer, local."
+            f"tokens. {_common.causal_methods_hint()}"
         )
     _common.check_positive_int(method, "factor", factor)
     scale = _common.default_scale(method, scale, query.shape[-1])
