@@ -49,8 +49,18 @@ def _probsparse_head(
         ranks = ((2 * column + 1) * n_keys) // (2 * num_sample)
         sampled = q @ k[_position_of_rank(k_valid, ranks)].T  # (n, max_sample)
     else:
-        # Each query draws its own keys, uniformly with replacement, as Informer does.
-        ranks = jnp.floor(jax.random.uniform(rng, (n, max_sample)) * n_keys).astype(jnp.int32)
+        # Each query draws its own keys, uniformly with replacement, as Informer does. Draw j
+        # of a query comes from the key folded with the query's rank among the valid queries
+        # and with j, so the sample never depends on the padded shape or the padding's place.
+        query_rank = jnp.cumsum(q_valid) - 1
+
+        def draws(rank: Array) -> Array:
+            query_key = jax.random.fold_in(rng, rank)
+            return jax.vmap(lambda j: jax.random.uniform(jax.random.fold_in(query_key, j)))(
+                column)
+
+        uniform = jax.vmap(draws)(query_rank)  # (n, max_sample)
+        ranks = jnp.floor(uniform * n_keys).astype(jnp.int32)
         pos = _position_of_rank(k_valid, jnp.minimum(ranks, jnp.maximum(n_keys - 1, 0)))
         sampled = jnp.einsum("nd,nsd->ns", q, k[pos])
     in_sample = (column < num_sample)[None, :]
