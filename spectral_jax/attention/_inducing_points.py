@@ -16,8 +16,12 @@ Array = jax.Array
 def _attend_head(
     q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *, scale: Any
 ) -> Array:
-    """softmax(q kᵀ · scale) v over valid keys for one head; padded or key-less rows give 0."""
-    ct = _common.compute_dtype(q.dtype)
+    """softmax(q kᵀ · scale) v over valid keys for one head; padded or key-less rows give 0.
+
+    Computed in the widest of the three dtypes (float32 at least): float32 learned summary
+    queries must not round float64 keys and values down.
+    """
+    ct = _common.compute_dtype(jnp.promote_types(q.dtype, jnp.promote_types(k.dtype, v.dtype)))
     q, k, v = q.astype(ct), k.astype(ct), v.astype(ct)
     weights = _common.masked_softmax((q * scale) @ k.T, k_valid[None, :])
     return jnp.where(q_valid[:, None], weights @ v, 0.0)
