@@ -40,30 +40,37 @@ def gated_feature_attention(
     n, r = phi_q.shape
     c = min(chunk_size, n)
     pad = (-n) % c
-    # g = 0 (a reset) would give log 0 = −inf and inf − inf in A_i − A_j; the floor keeps it
-    # finite while its weight, exp(log tiny), is still zero in float32.
-    log_g = jnp.log(jnp.maximum(gates, jnp.finfo(gates.dtype).tiny))
+    # g = 0 (a reset) is not summed as a log (log 0 = −inf, and a floor such as log tiny
+    # ≈ −87 would round every later small log-gate at that magnitude): it is counted instead,
+    # and a reset between j and i zeroes their weight (segments of the running reset count).
+    reset = gates == 0
+    log_g = jnp.log(jnp.where(reset, 1.0, gates))
     keep = 1.0 - gates
     pq, pk, pv = (jnp.pad(x, ((0, pad), (0, 0))) for x in (phi_q, phi_k, v))
-    log_g, keep = jnp.pad(log_g, (0, pad)), jnp.pad(keep, (0, pad))
+    log_g, keep, reset = (jnp.pad(x, (0, pad)) for x in (log_g, keep, reset))
     nc = (n + pad) // c
     chunks = (pq.reshape(nc, c, r), pk.reshape(nc, c, r), pv.reshape(nc, c, -1),
-              log_g.reshape(nc, c), keep.reshape(nc, c))
+              log_g.reshape(nc, c), keep.reshape(nc, c), reset.reshape(nc, c))
     tril = jnp.tril(jnp.ones((c, c), bool))
 
     def step(carry, chunk):
         state, norm = carry
-        cq, ck, cv, clog, ckeep = chunk
+        cq, ck, cv, clog, ckeep, creset = chunk
         a = jnp.cumsum(clog)
+        # Resets at or before each position within the chunk: j reaches i only when no
+        # reset lies in (j, i], i.e. both counts agree.
+        seg = jnp.cumsum(creset.astype(jnp.int32))
+        linked = tril & (seg[:, None] == seg[None, :])
         # Masked twice: the upper triangle's A_i − A_j > 0 could overflow, and an inf there
         # would give NaN gradients even though where() discards it.
-        decay = jnp.where(tril, jnp.exp(jnp.where(tril, a[:, None] - a[None, :], 0.0)), 0.0)
+        decay = jnp.where(linked, jnp.exp(jnp.where(linked, a[:, None] - a[None, :], 0.0)), 0.0)
         local = (cq @ ck.T) * decay * ckeep[None, :]
-        carried = jnp.exp(a)
+        carried = jnp.where(seg == 0, jnp.exp(a), 0.0)
         num = carried[:, None] * (cq @ state) + local @ cv
         den = carried * (cq @ norm) + local.sum(-1)
-        weight = (jnp.exp(a[-1] - a) * ckeep)[:, None] * ck
-        new = (jnp.exp(a[-1]) * state + weight.T @ cv, jnp.exp(a[-1]) * norm + weight.sum(0))
+        weight = (jnp.where(seg == seg[-1], jnp.exp(a[-1] - a), 0.0) * ckeep)[:, None] * ck
+        last = carried[-1]
+        new = (last * state + weight.T @ cv, last * norm + weight.sum(0))
         return new, num / _positive(den + eps)[:, None]
 
     init = (jnp.zeros((r, v.shape[-1]), v.dtype), jnp.zeros((r,), v.dtype))
