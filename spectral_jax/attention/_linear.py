@@ -122,8 +122,9 @@ def linear_attention(
     O(n·d·d_v) time. There is no 1/sqrt(d) logit scale in this method, so ``scale`` must be
     None. Padded keys are removed by zeroing their features; padded queries give zero rows;
     a query with no valid key gives 0/(0 + eps) = 0. With ``is_causal=True`` key j only
-    reaches queries i ≥ j, by a chunked scan (see :func:`feature_attention`); q_len must
-    equal kv_len then.
+    reaches queries i ≥ j, by a chunked scan (see :func:`feature_attention`); with q_len <
+    kv_len the queries are end-aligned (query i at position kv_len − q_len + i), as one
+    decoding query against a cache is.
 
     Args:
       query: float ``(batch..., q_len, heads, head_dim)``.
@@ -149,7 +150,7 @@ def linear_attention(
 
     Raises:
       ValueError: bad shapes, ``bias``, ``scale`` given, unknown ``feature_map``, non-positive
-        ``chunk_size``, causal with q_len != kv_len, non-padding mask.
+        ``chunk_size``, causal with q_len > kv_len, non-padding mask.
 
     References:
       Katharopoulos et al. 2020, "Transformers are RNNs", ICML, eq. (6)-(9); code
@@ -178,15 +179,36 @@ def linear_attention(
         _linear_head, feature_map=feature_map, is_causal=is_causal, chunk_size=chunk_size,
         eps=_common.check_nonnegative_float(method, "eps", eps),
     )
-    return _common.lift(
-        head, query, key, value, q_valid, k_valid,
+    return end_aligned_lift(
+        head, query, key, value, q_valid, k_valid, is_causal=is_causal,
         method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)
 
 
 def check_causal_lengths(method: str, is_causal: bool, query: Array, key: Array) -> None:
-    if is_causal and query.shape[-3] != key.shape[-3]:
+    """Causal queries are end-aligned (query i at key position kv_len − q_len + i, the
+    decoding convention), so there must be no more queries than keys."""
+    if is_causal and query.shape[-3] > key.shape[-3]:
         raise ValueError(
-            f"{method}(): is_causal=True needs q_len == kv_len; got {query.shape[-3]} and "
-            f"{key.shape[-3]}."
+            f"{method}(): is_causal=True places query i at key position kv_len - q_len + i "
+            f"(queries end-aligned with the keys, as in decoding), so it needs q_len <= "
+            f"kv_len; got q_len={query.shape[-3]} and kv_len={key.shape[-3]}."
         )
+
+
+def end_aligned_lift(head: Any, query: Array, key: Array, value: Array, q_valid: Array,
+                     k_valid: Array, *, is_causal: bool, **lift_kwargs: Any) -> Array:
+    """:func:`_common.lift` with causal queries end-aligned with the keys.
+
+    With q_len < kv_len the queries are front-padded (zeros, marked invalid) to kv_len, so
+    the causal scan puts query i at position kv_len − q_len + i, and the padding's outputs
+    are cut off. One query against a cache (Flax's ``decode=True``) then sees every key,
+    and the mask that Flax passes leaves out the slots not yet written.
+    """
+    pad = key.shape[-3] - query.shape[-3] if is_causal else 0
+    if pad == 0:
+        return _common.lift(head, query, key, value, q_valid, k_valid, **lift_kwargs)
+    query = jnp.pad(query, ((0, 0),) * (query.ndim - 3) + ((pad, 0), (0, 0), (0, 0)))
+    q_valid = jnp.pad(q_valid, ((0, 0), (0, 0), (pad, 0)))
+    out = _common.lift(head, query, key, value, q_valid, k_valid, **lift_kwargs)
+    return out[..., pad:, :, :]

@@ -51,6 +51,31 @@ def _local_head(
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
+def _local_end_aligned_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
+    scale: Any, window: int, is_causal: bool,
+) -> Array:
+    """q_len < kv_len: query i sits at p − (q_len − 1 − i), p the last valid key.
+
+    Keys after p are invalid, so every query's window lies in keys p − (q_len − 1) − w .. p:
+    one slice of q_len + w keys, O(q_len·(q_len + w)) work whatever kv_len is.
+    """
+    ct = _common.compute_dtype(q.dtype)
+    m, n = q.shape[0], k.shape[0]
+    last = jnp.max(jnp.where(k_valid, jnp.arange(n), -1))  # -1: no valid key
+    size = min(m + window, n)
+    start = jnp.clip(last - (m - 1) - window, 0, n - size)
+    k, v, k_valid = (jax.lax.dynamic_slice_in_dim(x, start, size) for x in (k, v, k_valid))
+    q = jnp.where(q_valid[:, None], q.astype(ct), 0.0) * scale
+    k = jnp.where(k_valid[:, None], k.astype(ct), 0.0)
+    offset = (last - (m - 1) + jnp.arange(m))[:, None] - (start + jnp.arange(size))[None, :]
+    allowed = (jnp.abs(offset) <= window) & k_valid[None, :]
+    if is_causal:
+        allowed &= offset >= 0
+    out = _common.masked_softmax(q @ k.T, allowed) @ v.astype(ct)
+    return jnp.where(q_valid[:, None], out, 0.0)
+
+
 def local_attention(
     query: Array,
     key: Array,
@@ -73,20 +98,26 @@ def local_attention(
     Computed in blocks of w tokens: each query block meets its own and its neighbouring key
     blocks (the previous one only, when causal), so time and memory are O(n·w·d) and no
     n × n matrix is formed. With w ≥ n − 1 this is exact softmax attention (causal or not).
-    Positions are absolute, so q_len must equal kv_len; padding must not shift the valid
-    tokens for outputs to be independent of it (right padding, as ``*_seq_lengths`` give).
+    Positions are absolute; padding must not shift the valid tokens for outputs to be
+    independent of it (right padding, as ``*_seq_lengths`` give).
+
+    q_len < kv_len (decoding against a cache): the queries are end-aligned with the last
+    valid key p of each example and head, query i at position p − (q_len − 1 − i). In
+    Flax's ``MultiHeadAttention(decode=True)`` the one query's position is thus the last
+    cache slot its mask admits, i.e. the token just written, and the window and causality
+    follow from it: decoding token by token equals the causal run over the whole sequence.
 
     Masks: a padding mask, reduced to key and query padding (see
     :func:`nystrom_attention`); padded keys get zero weight, padded query rows are zero, and
     a query with no valid key inside its window gives zeros.
 
     Args:
-      query: float ``(batch..., n, heads, head_dim)`` (bf16 in, bf16 out; softmax in
-        float32).
-      key: float ``(batch..., n, heads, head_dim)``.
-      value: float ``(batch..., n, heads, v_head_dim)``.
+      query: float ``(batch..., q_len, heads, head_dim)``, q_len ≤ kv_len (bf16 in, bf16
+        out; softmax in float32).
+      key: float ``(batch..., kv_len, heads, head_dim)``.
+      value: float ``(batch..., kv_len, heads, v_head_dim)``.
       bias: must be None.
-      mask: optional bool padding mask broadcastable to ``(batch, heads, n, n)``.
+      mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: logit scale, default ``1/sqrt(head_dim)``.
       is_causal: attend only to keys at or behind the query (j ≤ i).
       window: w ≥ 1, keys on each side of the query (LRA's local-attention baseline uses
@@ -98,10 +129,10 @@ def local_attention(
         raises NotImplementedError.
 
     Returns:
-      ``(batch..., n, heads, v_head_dim)`` in ``query``'s dtype.
+      ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes, q_len != kv_len, ``bias`` given, ``window`` not a positive
+      ValueError: bad shapes, q_len > kv_len, ``bias`` given, ``window`` not a positive
         int, or a mask that is not a padding mask.
       TypeError: non-float inputs, non-bool ``is_causal``, unknown keywords.
 
@@ -121,16 +152,18 @@ def local_attention(
     method = "local_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
     _common.check_positive_int(method, "window", window)
-    if query.shape[-3] != key.shape[-3]:
+    if query.shape[-3] > key.shape[-3]:
         raise ValueError(
-            f"{method}(): the window is over absolute positions, so q_len must equal kv_len; "
-            f"got {query.shape[-3]} and {key.shape[-3]}."
+            f"{method}(): the queries are end-aligned with the last valid key (query i at "
+            f"position p - (q_len - 1 - i)), so q_len must be <= kv_len; got "
+            f"q_len={query.shape[-3]} and kv_len={key.shape[-3]}."
         )
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
         key_value_seq_lengths=key_value_seq_lengths, with_check=True)
-    head = functools.partial(_local_head, scale=scale, window=int(window), is_causal=is_causal)
+    per_head = _local_head if query.shape[-3] == key.shape[-3] else _local_end_aligned_head
+    head = functools.partial(per_head, scale=scale, window=int(window), is_causal=is_causal)
     return _common.lift(
         head, query, key, value, q_valid, k_valid,
         method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,

@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax.attention import _common
-from spectral_jax.attention._linear import check_causal_lengths
 
 Array = jax.Array
 
@@ -82,6 +81,24 @@ def _memory_head(
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
+def _check_causal_lengths(method: str, is_causal: bool, query: Array, key: Array) -> None:
+    """Causal memory compression needs q_len == kv_len: against a cache (one decoding query,
+    later slots masked) the slot holding the newest tokens is incomplete, and a slot cut
+    short by the mask is indistinguishable from one cut short by padding, so the step
+    cannot reproduce the causal run, which sees complete slots only."""
+    if is_causal and query.shape[-3] != key.shape[-3]:
+        # Imported here: the registry imports every method file.
+        from spectral_jax.attention._registry import cached_decode_hint
+
+        raise ValueError(
+            f"{method}(): is_causal=True needs q_len == kv_len; got q_len={query.shape[-3]} "
+            f"and kv_len={key.shape[-3]}. A query against a key/value cache (e.g. Flax's "
+            "MultiHeadAttention(decode=True)) would see the newest memory slot incomplete, "
+            "which the causal form never does. Decode by running the whole prefix "
+            f"(decode=False, is_causal=True), or use another method. {cached_decode_hint()}"
+        )
+
+
 def _check_conv(method: str, name: str, conv: Any, heads: int, dim: int) -> Array:
     shape = getattr(conv, "shape", None)
     ok = shape is not None and (
@@ -141,7 +158,8 @@ def memory_compressed_attention(
       bias: must be None.
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: logit scale, default ``1/sqrt(head_dim)``.
-      is_causal: causal form (q_len must equal kv_len).
+      is_causal: causal form (q_len must equal kv_len: there is no cached decoding, see
+        Raises).
       key_conv: float ``(kernel, head_dim, head_dim)`` shared by the heads, or
         ``(heads, kernel, head_dim, head_dim)``: W_K, required. The paper uses kernel 3.
       value_conv: ``(kernel, v_head_dim, v_head_dim)`` or ``(heads, kernel, v_head_dim,
@@ -159,7 +177,8 @@ def memory_compressed_attention(
     Raises:
       ValueError: bad shapes, ``bias`` given, missing or mis-shaped ``key_conv`` /
         ``value_conv``, kernels that differ, ``stride`` not a positive int, causal with
-        q_len != kv_len, or a mask that is not a padding mask.
+        q_len != kv_len (also one decoding query against a cache: the newest slot would be
+        incomplete), or a mask that is not a padding mask.
       TypeError: non-float inputs or weights, unknown keywords.
 
     References:
@@ -188,7 +207,7 @@ def memory_compressed_attention(
         )
     stride = kernel if stride is None else stride
     _common.check_positive_int(method, "stride", stride)
-    check_causal_lengths(method, is_causal, query, key)
+    _check_causal_lengths(method, is_causal, query, key)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_valid, k_valid, mask_ok = _common.padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,

@@ -11,7 +11,11 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax.attention import _common
-from spectral_jax.attention._linear import check_causal_lengths, feature_attention
+from spectral_jax.attention._linear import (
+    check_causal_lengths,
+    end_aligned_lift,
+    feature_attention,
+)
 
 Array = jax.Array
 
@@ -160,7 +164,11 @@ def performer_attention(
       bias: must be None.
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: logit scale, default ``1/sqrt(head_dim)``.
-      is_causal: causal form (eps is then not added to the features).
+      is_causal: causal form (eps is then not added to the features); with q_len <
+        kv_len the queries are end-aligned (query i at key position kv_len − q_len + i),
+        so Flax's ``MultiHeadAttention(decode=True)`` decodes the causal form when called with
+        ``is_causal=True`` (Flax passes its own ``is_causal``, default False: the step is
+        then the bidirectional form over the cache, which adds eps to the features).
       projection: float ``(num_features, head_dim)``, required.
       eps: feature stabiliser (1e-6 as in the JAX reference).
       chunk_size: tokens per chunk of the causal scan.
@@ -177,7 +185,7 @@ def performer_attention(
 
     Raises:
       ValueError: bad shapes, ``bias``, missing projection or one whose last dim is not
-        head_dim, causal with q_len != kv_len, non-padding mask.
+        head_dim, causal with q_len > kv_len, non-padding mask.
 
     References:
       Choromanski et al. 2021, "Rethinking Attention with Performers", ICLR, Lemma 1 and
@@ -213,7 +221,7 @@ def performer_attention(
         _performer_head, projection=projection, scale=scale, is_causal=is_causal,
         eps=_common.check_nonnegative_float(method, "eps", eps), chunk_size=chunk_size,
     )
-    return _common.lift(
-        head, query, key, value, q_valid, k_valid,
+    return end_aligned_lift(
+        head, query, key, value, q_valid, k_valid, is_causal=is_causal,
         method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)

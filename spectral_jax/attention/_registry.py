@@ -58,6 +58,10 @@ class AttentionSpec:
       linear_in_value: whether the output is a fixed n×n matrix times V (``bench error``'s
         matrix errors need it); False where a summary of V is read as keys (inducing
         points, Luna).
+      cached_decode: whether one causal query against a key/value cache, with the mask
+        that Flax's ``nnx.MultiHeadAttention(decode=True)`` passes, equals that position of
+        the causal run over the whole sequence (token-by-token decoding through ``fn`` as
+        Flax's ``attention_fn``).
     """
 
     name: str
@@ -77,6 +81,7 @@ class AttentionSpec:
     causal_only: bool = False
     carry: tuple[str, str] | None = None
     linear_in_value: bool = True
+    cached_decode: bool = False
 
     @property
     def state_kind(self) -> StateKind | None:
@@ -167,7 +172,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
     for spec in (
         AttentionSpec(
             "softmax", softmax_attention, "Vaswani et al. 2017, eq. 1", "O(n²d)", True,
-            "softmax", exact=True, weight_dropout=True),
+            "softmax", exact=True, weight_dropout=True, cached_decode=True),
         AttentionSpec(
             "nystrom", nystrom_attention, "Xiong et al. 2021, eq. 14-15", "O(nmd + m³)", False,
             "softmax", recorded=("num_landmarks", "pinv_iterations"), budget="num_landmarks",
@@ -189,11 +194,11 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             "kernelized", exact=True),
         AttentionSpec(
             "linear", linear_attention, "Katharopoulos et al. 2020, eq. 6-9", "O(nd²)", True,
-            "softmax", recorded=("feature_map",)),
+            "softmax", recorded=("feature_map",), cached_decode=True),
         AttentionSpec(
             "performer", performer_attention, "Choromanski et al. 2021 (FAVOR+), Lemma 1",
             "O(nrd)", True, "softmax", recorded=("num_features",), budget="num_features",
-            state="random_features", test_budget=32),
+            state="random_features", test_budget=32, cached_decode=True),
         AttentionSpec(
             "linformer", linformer_attention, "Wang et al. 2020, eq. 7", "O(nkd)", False,
             "softmax", recorded=("proj_len",), budget="proj_len", state="length_projection",
@@ -242,9 +247,21 @@ ATTENTIONS: dict[str, AttentionSpec] = {
         AttentionSpec(
             "local", local_attention,
             "band attention: Parmar et al. 2018 §3.2; LRA's Local Attention (Tay et al. 2021)",
-            "O(nwd)", True, "softmax", recorded=("window",), budget="window", test_budget=8),
+            "O(nwd)", True, "softmax", recorded=("window",), budget="window", test_budget=8,
+            cached_decode=True),
     )
 }
+
+
+def cached_decode_hint() -> str:
+    """One sentence naming every registered function that decodes from a cache.
+
+    Example:
+      >>> cached_decode_hint().startswith("Functions that decode from a key/value cache: ")
+      True
+    """
+    names = [spec.fn.__name__ for spec in ATTENTIONS.values() if spec.cached_decode]
+    return f"Functions that decode from a key/value cache: {', '.join(names)}."
 
 
 def available_attentions() -> tuple[str, ...]:

@@ -1,0 +1,120 @@
+"""Our causal functions as ``attention_fn`` of Flax's own ``nnx.MultiHeadAttention`` in decode
+mode: one query against the key/value cache, under the mask Flax builds, must give that
+position of the causal run over the whole sequence; where it cannot, a clear error."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from spectral_jax.attention import local_attention, performer_attention, softmax_attention
+from spectral_jax.attention._linear import linear_attention
+from spectral_jax.attention._registry import ATTENTIONS, cached_decode_hint
+
+B, N, H, D = 2, 11, 2, 4
+E = H * D
+# Small chunks and windows, so the causal scans cross chunks and the band is narrower than N.
+EXTRA = {"linear": {"chunk_size": 4}, "performer": {"chunk_size": 4}, "local": {"window": 3}}
+DECODE = tuple(n for n, s in ATTENTIONS.items() if s.cached_decode)
+NO_DECODE = tuple(n for n, s in ATTENTIONS.items() if s.supports_causal and not s.cached_decode)
+
+
+def _fn(name: str):
+    spec = ATTENTIONS[name]
+    kwargs = spec.call_kwargs(jax.random.key(3), budget=spec.test_budget, length=N, head_dim=D)
+    return functools.partial(spec.fn, is_causal=True, **{**kwargs, **EXTRA.get(name, {})})
+
+
+def _decode_vs_full(name: str, *, pass_causal: bool) -> tuple[jax.Array, jax.Array]:
+    x = jax.random.normal(jax.random.key(1), (B, N, E))
+    module = nnx.MultiHeadAttention(H, E, qkv_features=E, attention_fn=_fn(name),
+                                    decode=False, rngs=nnx.Rngs(0))
+    full = module(x, is_causal=True)
+    module.init_cache((B, N, E))
+    # Flax passes its own is_causal (default False) to attention_fn, overriding the partial's.
+    extra = {"is_causal": True} if pass_causal else {}
+    steps = [module(x[:, t:t + 1], decode=True, **extra) for t in range(N)]
+    return jnp.concatenate(steps, axis=1), full
+
+
+def test_registry_names_the_methods_that_decode():
+    assert DECODE == ("softmax", "linear", "performer", "local")
+    assert all(ATTENTIONS[n].supports_causal for n in DECODE)
+    assert cached_decode_hint() == (
+        "Functions that decode from a key/value cache: softmax_attention, linear_attention, "
+        "performer_attention, local_attention.")
+
+
+@pytest.mark.parametrize("name", DECODE)
+@pytest.mark.parametrize("pass_causal", [True, False], ids=["is_causal", "mask_only"])
+def test_token_by_token_decode_equals_causal_full_run(name, pass_causal):
+    decoded, full = _decode_vs_full(name, pass_causal=pass_causal)
+    scale = float(jnp.max(jnp.abs(full)))
+    # Bidirectional FAVOR+ adds eps to the features, its causal form does not: close, not equal.
+    tol = 1e-4 if name == "performer" and not pass_causal else 1e-5
+    np.testing.assert_allclose(np.asarray(decoded), np.asarray(full), rtol=0, atol=tol * scale)
+
+
+@pytest.mark.parametrize("name", NO_DECODE)
+def test_methods_without_cached_decode_refuse_it(name):
+    with pytest.raises(ValueError, match="q_len == kv_len") as info:
+        _decode_vs_full(name, pass_causal=True)
+    if name == "memory_compressed":
+        assert str(info.value) == (
+            "memory_compressed_attention(): is_causal=True needs q_len == kv_len; got q_len=1 "
+            f"and kv_len={N}. A query against a key/value cache (e.g. Flax's "
+            "MultiHeadAttention(decode=True)) would see the newest memory slot incomplete, "
+            "which the causal form never does. Decode by running the whole prefix "
+            f"(decode=False, is_causal=True), or use another method. {cached_decode_hint()}")
+
+
+def _qkv(n: int = 20):
+    ks = jax.random.split(jax.random.key(7), 3)
+    return tuple(jax.random.normal(kk, (B, n, H, D)) for kk in ks)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_local_queries_end_aligned_with_last_valid_key(causal):
+    q, k, v = _qkv()
+    lengths = jnp.array([20, 13])
+    # The last 4 queries sit at p - 3 .. p, p = length - 1 the last valid key of the example.
+    short = local_attention(q[:, -4:], k, v, window=3, is_causal=causal,
+                            key_value_seq_lengths=lengths)
+    pos = lengths[:, None] - 4 + jnp.arange(4)[None, :]  # (B, 4)
+    offset = pos[:, :, None] - jnp.arange(20)[None, None, :]
+    band = (jnp.abs(offset) <= 3) & (jnp.arange(20)[None, None, :] < lengths[:, None, None])
+    if causal:
+        band &= offset >= 0
+    expect = softmax_attention(q[:, -4:], k, v, mask=band[:, None])
+    np.testing.assert_allclose(np.asarray(short), np.asarray(expect), atol=1e-6)
+    if causal:
+        # Without padding the short call is the last rows of the causal full-length run.
+        np.testing.assert_allclose(
+            np.asarray(local_attention(q[:, -4:], k, v, window=3, is_causal=True)),
+            np.asarray(local_attention(q, k, v, window=3, is_causal=True)[:, -4:]), atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [linear_attention, performer_attention], ids=lambda f: f.__name__)
+def test_feature_methods_causal_queries_end_aligned(fn):
+    q, k, v = _qkv()
+    kwargs = {"chunk_size": 4}
+    if fn is performer_attention:
+        kwargs["projection"] = ATTENTIONS["performer"].make_state(
+            jax.random.key(0), budget=16, length=20, head_dim=D)["projection"]
+    full = fn(q, k, v, is_causal=True, **kwargs)
+    short = fn(q[:, -5:], k, v, is_causal=True, **kwargs)
+    np.testing.assert_allclose(np.asarray(short), np.asarray(full[:, -5:]), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [linear_attention, local_attention], ids=lambda f: f.__name__)
+def test_more_queries_than_keys_is_refused(fn):
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"q_len must be <= kv_len|needs q_len <= kv_len") as e:
+        fn(q, k[:, :6], v[:, :6], is_causal=True)
+    assert "q_len=20 and kv_len=6" in str(e.value)
