@@ -64,6 +64,8 @@ def test_token_by_token_decode_equals_causal_full_run(name, pass_causal):
 def test_methods_without_cached_decode_refuse_it(name):
     with pytest.raises(ValueError, match="q_len == kv_len") as info:
         _decode_vs_full(name, pass_causal=True)
+    # Every refusal ends with the registry's list of the functions that do decode.
+    assert str(info.value).endswith(cached_decode_hint())
     if name == "memory_compressed":
         assert str(info.value) == (
             "memory_compressed_attention(): is_causal=True needs q_len == kv_len; got q_len=1 "

@@ -210,9 +210,13 @@ def gated_linear_attention(
         )
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
     if query.shape[-3] != key.shape[-3]:
+        # Imported here: the registry imports every method file.
+        from spectral_jax.attention._registry import cached_decode_hint
+
         raise ValueError(
             f"{method}(): the recurrence needs q_len == kv_len; got {query.shape[-3]} and "
-            f"{key.shape[-3]}."
+            f"{key.shape[-3]} (a key/value cache, as Flax's decode mode passes, does not hold "
+            f"the gated state). {cached_decode_hint()}"
         )
     gates = _check_gates(method, gates, key)
     _common.check_choice(method, "feature_map", feature_map, tuple(FEATURE_MAPS))
