@@ -77,7 +77,8 @@ def _module_records(name: str) -> dict[str, np.ndarray]:
         config = nn_lib.TransformerConfig(
             vocab_size=11, num_classes=3, max_length=N, num_layers=2, embed_dim=E,
             num_heads=H, qkv_dim=E, mlp_dim=32, dropout_rate=0.1, attention=name,
-            attention_kwargs=tuple(sorted(kwargs.items())))
+            attention_kwargs=tuple(sorted(kwargs.items())),
+            is_causal=attention_lib.get_attention_spec(name).causal_only)
         try:
             model = nn_lib.SequenceClassifier(
                 config, rngs=nnx.Rngs(0, dropout=1, landmarks=2, features=3))
@@ -94,6 +95,7 @@ def _module_records(name: str) -> dict[str, np.ndarray]:
             try:
                 single = nn_lib.MultiHeadAttention(
                     H, E, attention=name, attention_kwargs={**kwargs, **extra},
+                    is_causal=attention_lib.get_attention_spec(name).causal_only,
                     rngs=nnx.Rngs(0))
                 break
             except ValueError:
