@@ -54,7 +54,8 @@ def test_config_command_prints_the_config_a_run_records(capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed["train"]["steps"] == 10 and printed["task"] == "listops"
     assert printed["data"]["dir"] == str(pathlib.Path("elsewhere").resolve())
-    assert printed["model"]["attention_kwargs"] == {"num_landmarks": 16, "pinv_iterations": 6}
+    assert printed["model"]["attention_kwargs"] == {
+        "num_landmarks": 16, "pinv_iterations": 6, "shift": "paired", "num_delta_rows": None}
     assert cli.main(["config", f"{ROOT}/configs/lra/listops.py:quick",
                      "--config.train.steps=0"]) == 2
     assert "train.steps" in capsys.readouterr().err
