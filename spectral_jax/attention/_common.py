@@ -201,17 +201,11 @@ def reject_causal(method: str, is_causal: bool) -> None:
 
 
 def causal_methods_hint() -> str:
-    """One sentence naming every registered function with a causal form, for error messages.
-
-    Example:
-      >>> causal_methods_hint().startswith("Functions with a causal form: softmax_attention, ")
-      True
-    """
+    """:func:`spectral_jax.attention._registry.causal_methods_hint`, for the method files."""
     # Imported here: the registry imports every method file, and they import this module.
-    from spectral_jax.attention._registry import ATTENTIONS
+    from spectral_jax.attention._registry import causal_methods_hint as hint
 
-    names = [spec.fn.__name__ for spec in ATTENTIONS.values() if spec.supports_causal]
-    return f"Functions with a causal form: {', '.join(names)}."
+    return hint()
 
 
 def compute_dtype(dtype: Any) -> Any:

@@ -253,6 +253,26 @@ ATTENTIONS: dict[str, AttentionSpec] = {
 }
 
 
+def functions_with(flag: str) -> str:
+    """The registered functions whose ``AttentionSpec`` field ``flag`` is true, comma-separated.
+
+    Example:
+      >>> functions_with("cached_decode").split(", ")[0]
+      'softmax_attention'
+    """
+    return ", ".join(spec.fn.__name__ for spec in ATTENTIONS.values() if getattr(spec, flag))
+
+
+def causal_methods_hint() -> str:
+    """One sentence naming every registered function with a causal form, for error messages.
+
+    Example:
+      >>> causal_methods_hint().startswith("Functions with a causal form: softmax_attention, ")
+      True
+    """
+    return f"Functions with a causal form: {functions_with('supports_causal')}."
+
+
 def cached_decode_hint() -> str:
     """One sentence naming every registered function that decodes from a cache.
 
@@ -260,8 +280,7 @@ def cached_decode_hint() -> str:
       >>> cached_decode_hint().startswith("Functions that decode from a key/value cache: ")
       True
     """
-    names = [spec.fn.__name__ for spec in ATTENTIONS.values() if spec.cached_decode]
-    return f"Functions that decode from a key/value cache: {', '.join(names)}."
+    return f"Functions that decode from a key/value cache: {functions_with('cached_decode')}."
 
 
 def available_attentions() -> tuple[str, ...]:
