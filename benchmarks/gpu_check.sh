@@ -15,4 +15,4 @@ fi
 out="$1"
 shift
 cd "$(dirname "$0")/.."
-exec "${PYTHON:-python}" -m spectral_jax.bench.gpu_check --out "$out" "$@"
+exec "${PYTHON:-python}" -m spectral_jax.lra.bench.gpu_check --out "$out" "$@"

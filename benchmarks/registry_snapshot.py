@@ -5,7 +5,7 @@ float32 inputs with and without a key padding mask:
 
 - the pure function's output and the gradients of a fixed scalar function of it with respect
   to query, key and value, at the method's config defaults (budgets capped at the length) and
-  with its state drawn from a fixed key by ``spectral_jax.bench.methods.make_state``;
+  with its state drawn from a fixed key by ``spectral_jax.lra.bench.methods.make_state``;
 - ``spectral_jax.nn.MultiHeadAttention`` (``nnx.Rngs(0)``) output and input gradient for each
   module option set the method accepts (conv skip, Linformer sharing modes), before and after
   ``redraw_features``, in evaluation and training mode (fixed rng streams).
@@ -27,8 +27,8 @@ from flax import nnx
 
 from spectral_jax import attention as attention_lib
 from spectral_jax import nn as nn_lib
-from spectral_jax.bench import methods as methods_lib
-from spectral_jax.train import config_lib
+from spectral_jax.lra.bench import methods as methods_lib
+from spectral_jax.lra.train import config_lib
 
 B, N, H, D = 2, 64, 2, 8
 E = H * D

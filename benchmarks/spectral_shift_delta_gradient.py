@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax.attention import nystrom_attention, spectral_shift_attention, spectral_shift_delta
-from spectral_jax.bench.inputs import REGIMES, make_inputs
-from spectral_jax._compiled import compiled_cost
+from spectral_jax.lra.bench.inputs import REGIMES, make_inputs
+from spectral_jax.lra.compiled import compiled_cost
 
 
 def full(q, k, v, m):

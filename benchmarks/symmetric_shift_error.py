@@ -26,7 +26,7 @@ from spectral_jax.attention import (
     spectral_shift_attention,
     symmetric_spectral_shift_attention,
 )
-from spectral_jax.bench.inputs import REGIMES, make_inputs
+from spectral_jax.lra.bench.inputs import REGIMES, make_inputs
 
 METHODS = {
     "nystrom": lambda x, v, m: nystrom_attention(x, x, v, num_landmarks=m),

@@ -2,8 +2,8 @@
 
 The attention methods are pure functions in :mod:`spectral_jax.attention`; Flax NNX
 modules are in :mod:`spectral_jax.nn`, Linen wrappers in :mod:`spectral_jax.linen`,
-LRA data in :mod:`spectral_jax.data`, training in :mod:`spectral_jax.train` and
-benchmarks in :mod:`spectral_jax.bench`.
+LRA data in :mod:`spectral_jax.lra.data`, training in :mod:`spectral_jax.lra.train` and
+benchmarks in :mod:`spectral_jax.lra.bench`.
 """
 
 __version__ = "0.1.0"

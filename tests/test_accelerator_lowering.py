@@ -85,8 +85,8 @@ def test_cpu_head_chunking_stays_out_of_accelerator_programs():
 
 
 def test_quick_listops_train_step_lowers():
-    from spectral_jax.bench.compile import train_step_program
-    from spectral_jax.train.cli import load_config
+    from spectral_jax.lra.bench.compile import train_step_program
+    from spectral_jax.lra.cli.train import load_config
 
     config = load_config(os.path.join(ROOT, "configs/lra/listops.py:quick"))
     program = train_step_program(config)

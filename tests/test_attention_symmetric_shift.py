@@ -12,7 +12,7 @@ import pytest
 from attention_cases import qkv, rel_err
 
 from spectral_jax.attention import softmax_attention, symmetric_spectral_shift_attention
-from spectral_jax.bench.inputs import REGIMES, make_inputs
+from spectral_jax.lra.bench.inputs import REGIMES, make_inputs
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from spectral_jax import cli
+from spectral_jax.lra import cli
 
 
 def test_bench_speed_writes_json_table_and_plot(tmp_path, capsys, monkeypatch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from spectral_jax import cli
+from spectral_jax.lra import cli
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "configs/lra/listops.py:quick")

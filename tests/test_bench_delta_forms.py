@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spectral_jax.bench.error import run_error
+from spectral_jax.lra.bench.error import run_error
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(

@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from spectral_jax import cli
+from spectral_jax.lra import cli
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from spectral_jax.train import train_and_evaluate
-    from spectral_jax.train.cli import load_config
+    from spectral_jax.lra.train import train_and_evaluate
+    from spectral_jax.lra.cli.train import load_config
 
     root = tmp_path_factory.mktemp("listops")
     config = load_config("configs/lra/listops.py:quick,attention=softmax", [

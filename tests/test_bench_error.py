@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from spectral_jax.attention import kernelized_attention, skyformer_attention
-from spectral_jax.bench import error, inputs, methods
+from spectral_jax.lra.bench import error, inputs, methods
 
 N, D, HEADS = 128, 16, 1
 BUDGETS = (8, 32, 64)

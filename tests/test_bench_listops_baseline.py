@@ -6,7 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from spectral_jax.data.listops import SPLIT_FILES
+from spectral_jax.lra.data.listops import SPLIT_FILES
 
 ROOT = Path(__file__).resolve().parents[1]
 

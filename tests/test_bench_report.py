@@ -6,7 +6,7 @@ import math
 
 from rich.console import Console
 
-from spectral_jax.bench import report
+from spectral_jax.lra.bench import report
 
 
 def _row(method, budget, mean, std, seeds, regime="diffuse"):

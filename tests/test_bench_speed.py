@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from spectral_jax.attention import available_attentions
-from spectral_jax.bench import memory, speed
+from spectral_jax.lra.bench import memory, speed
 
 SMALL = dict(heads=2, head_dim=16, num_landmarks=8, num_features=16, proj_len=16)
 
@@ -139,7 +139,7 @@ def test_head_chunk_size_reaches_the_methods_and_cuts_temporaries():
 
 
 def test_notes_name_skips_and_flag_page_faults_only_above_the_threshold():
-    from spectral_jax.bench import report
+    from spectral_jax.lra.bench import report
 
     quiet = {"method": "nystrom", "mode": "fwd_bwd", "length": 4096, "skipped": None,
              "minor_faults_per_call": report.FAULT_NOTE_THRESHOLD - 1}

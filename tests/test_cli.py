@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from spectral_jax import cli
+from spectral_jax.lra import cli
 
 HELP_COMMANDS = ["", "train", "config", "eval", "table", "sweep", "data", "data listops",
                  "data pathfinder", "data info", "bench", "bench speed", "bench error",
@@ -19,7 +19,7 @@ def test_help_of_every_command_imports_no_jax():
     # One interpreter for all commands: a fresh process per command would cost seconds each.
     script = f"""
 import contextlib, io, sys
-from spectral_jax import cli
+from spectral_jax.lra import cli
 cli.build_parser()
 texts = {{}}
 for command in {HELP_COMMANDS!r}:

@@ -8,7 +8,7 @@ import chex
 import numpy as np
 import pytest
 
-from spectral_jax import data
+from spectral_jax.lra import data
 
 
 def _split(n: int, length: int = 3, dual: bool = False) -> data.Split:

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from spectral_jax import cli as entry_point
-from spectral_jax import data_cli as cli
-from spectral_jax.data import listops_generator
+from spectral_jax.lra import cli as entry_point
+from spectral_jax.lra.cli import data as cli
+from spectral_jax.lra.data import listops_generator
 
 
 def _parser() -> argparse.ArgumentParser:

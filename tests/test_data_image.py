@@ -9,8 +9,8 @@ import chex
 import numpy as np
 import pytest
 
-from spectral_jax import data
-from spectral_jax.data import image
+from spectral_jax.lra import data
+from spectral_jax.lra.data import image
 
 
 def _write_cifar(folder, n_per_batch: int = 4, seed: int = 0) -> dict[str, np.ndarray]:

@@ -8,8 +8,8 @@ import chex
 import numpy as np
 import pytest
 
-from spectral_jax import data
-from spectral_jax.data import listops, listops_generator
+from spectral_jax.lra import data
+from spectral_jax.lra.data import listops, listops_generator
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from spectral_jax import data
-from spectral_jax.data import _snakes, pathfinder
+from spectral_jax.lra import data
+from spectral_jax.lra.data import _snakes, pathfinder
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import chex
 import numpy as np
 import pytest
 
-from spectral_jax import data
-from spectral_jax.data import retrieval
+from spectral_jax.lra import data
+from spectral_jax.lra.data import retrieval
 
 REVIEWS = {
     ("train", "pos"): ["Great film.", "Loved it <br />", "\u00e9t\u00e9 ok", "Fine", "Yes!"],

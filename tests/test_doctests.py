@@ -1,6 +1,6 @@
 """The docstring examples of the public packages run as tests (one test per module).
 
-Covers ``spectral_jax.attention``, ``spectral_jax.nn``, ``spectral_jax.data``, the argument
+Covers ``spectral_jax.attention``, ``spectral_jax.nn``, ``spectral_jax.lra.data``, the argument
 checks and the entry point. Examples use tiny shapes so that the whole file stays fast.
 """
 
@@ -15,9 +15,10 @@ import pytest
 
 import spectral_jax
 
-PACKAGES = ("spectral_jax.attention", "spectral_jax.nn", "spectral_jax.data")
-EXTRA = ("spectral_jax._checks", "spectral_jax._compiled", "spectral_jax.cli", "spectral_jax.data_cli",
-         "spectral_jax.train.interrupt", "spectral_jax.train.extend")
+PACKAGES = ("spectral_jax.attention", "spectral_jax.nn", "spectral_jax.lra.data")
+EXTRA = ("spectral_jax._checks", "spectral_jax.lra", "spectral_jax.lra.compiled",
+         "spectral_jax.lra.cli", "spectral_jax.lra.cli.data", "spectral_jax.lra.train.interrupt",
+         "spectral_jax.lra.train.extend")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -40,8 +41,8 @@ def _modules() -> list[str]:
 
 
 def test_every_package_is_covered():
-    assert set(PACKAGES) <= {m.name for m in pkgutil.iter_modules(spectral_jax.__path__,
-                                                                  "spectral_jax.")}
+    assert set(PACKAGES) <= {m.name for m in pkgutil.walk_packages(spectral_jax.__path__,
+                                                                   "spectral_jax.")}
 
 
 @pytest.mark.parametrize("name", _modules())

@@ -220,7 +220,7 @@ def test_incomplete_checkpoint_is_skipped_with_a_warning(tmp_path, remove):
 
     from flax import nnx
 
-    from spectral_jax.train.checkpoint import Checkpointer
+    from spectral_jax.lra.train.checkpoint import Checkpointer
     model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
     state = nnx.state(model)
     ckpt = Checkpointer(str(tmp_path), keep=3)
@@ -254,7 +254,7 @@ def test_best_checkpoint_survives_reopening(tmp_path, metrics_on_disk):
 
     from flax import nnx
 
-    from spectral_jax.train.checkpoint import Checkpointer
+    from spectral_jax.lra.train.checkpoint import Checkpointer
     state = nnx.state(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
     ckpt = Checkpointer(str(tmp_path), keep=1)
     for step, accuracy in ((1, 0.9), (2, 0.1)):
@@ -281,7 +281,7 @@ def test_best_checkpoint_survives_reopening(tmp_path, metrics_on_disk):
 def test_pathx_warns_once_naming_lra_issue_38(tmp_path, monkeypatch):
     import warnings
 
-    from spectral_jax.data import pathfinder
+    from spectral_jax.lra.data import pathfinder
     pathfinder.generate(tmp_path, resolution=128, num_images=2, seed=0)
     monkeypatch.setattr(pathfinder, "_warned_pathx", False)
     with pytest.warns(UserWarning, match=r"pathfinder128.*long-range-arena issue #38"):

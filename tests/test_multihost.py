@@ -34,7 +34,7 @@ def _free_port() -> int:
 
 def _train_command(data_dir: Path, workdir: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "spectral_jax.cli", "train",
+        sys.executable, "-m", "spectral_jax.lra.cli", "train",
         f"--config={ROOT / 'configs/lra/listops.py'}:quick,attention=nystrom",
         f"--config.data.dir={data_dir}",
         f"--config.train.steps={STEPS}",
@@ -86,7 +86,7 @@ def _params(workdir: Path) -> dict:
 def test_two_processes_train_like_one(tmp_path):
     data_dir = tmp_path / "data"
     subprocess.run(
-        [sys.executable, "-m", "spectral_jax.cli", "data", "listops", "--out", str(data_dir),
+        [sys.executable, "-m", "spectral_jax.lra.cli", "data", "listops", "--out", str(data_dir),
          "--train", "64", "--val", "8", "--test", "8", "--seed", "0",
          "--min-length", "10", "--max-length", "48"],
         check=True, capture_output=True, env=_env(),

@@ -17,7 +17,7 @@ from spectral_jax.nn import (
     TransformerEncoder,
     sinusoidal_positions,
 )
-from spectral_jax.train import config_lib
+from spectral_jax.lra.train import config_lib
 
 B, L, E, H = 2, 8, 8, 2
 D = E // H

@@ -12,7 +12,7 @@ import pytest
 from spectral_jax.attention import ATTENTIONS, STATE_KINDS
 from spectral_jax.nn import STATE_MODULES
 from spectral_jax.nn._attention import module_options
-from spectral_jax.train import config_lib
+from spectral_jax.lra.train import config_lib
 
 import attention_cases
 

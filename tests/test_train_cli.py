@@ -9,9 +9,9 @@ from pathlib import Path
 import jax
 import pytest
 
-from spectral_jax import cli as entry_point
-from spectral_jax.train import cli
-from spectral_jax.train.table import markdown_table
+from spectral_jax.lra import cli as entry_point
+from spectral_jax.lra.cli import train as cli
+from spectral_jax.lra.train.table import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 LISTOPS = f"{ROOT}/configs/lra/listops.py"

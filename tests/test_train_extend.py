@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spectral_jax import cli as entry_point
-from spectral_jax.train import checkpoint as checkpoint_lib
-from spectral_jax.train.cli import load_config
-from spectral_jax.train.loop import train_and_evaluate
-from spectral_jax.train.optim import make_schedule
-from spectral_jax.train.run import open_for_training
-from spectral_jax.train.writers import read_metrics
+from spectral_jax.lra import cli as entry_point
+from spectral_jax.lra.train import checkpoint as checkpoint_lib
+from spectral_jax.lra.cli.train import load_config
+from spectral_jax.lra.train.loop import train_and_evaluate
+from spectral_jax.lra.train.optim import make_schedule
+from spectral_jax.lra.train.run import open_for_training
+from spectral_jax.lra.train.writers import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = f"{ROOT}/configs/lra/listops.py:quick,attention=softmax"

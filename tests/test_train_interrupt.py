@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spectral_jax.train import checkpoint as checkpoint_lib
-from spectral_jax.train import run as run_lib
-from spectral_jax.train import sweep as sweep_lib
-from spectral_jax.train.cli import load_config
-from spectral_jax.train.interrupt import StopSignals, TrainingInterrupted
-from spectral_jax.train.loop import train_and_evaluate
-from spectral_jax.train.writers import read_metrics
+from spectral_jax.lra.train import checkpoint as checkpoint_lib
+from spectral_jax.lra.train import run as run_lib
+from spectral_jax.lra.train import sweep as sweep_lib
+from spectral_jax.lra.cli.train import load_config
+from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
+from spectral_jax.lra.train.loop import train_and_evaluate
+from spectral_jax.lra.train.writers import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = f"{ROOT}/configs/lra/listops.py:quick,attention=softmax"
@@ -53,7 +53,8 @@ _CHILD = textwrap.dedent("""
     import jax
     jax.config.update("jax_num_cpu_devices", 8)
     jax.config.update("jax_disable_most_optimizations", True)
-    from spectral_jax import cli, data
+    from spectral_jax.lra import cli
+    from spectral_jax.lra import data
     original = data.iterate_batches
     def signalling(split, batch_size, **kw):
         it = original(split, batch_size, **kw)
@@ -165,7 +166,7 @@ def test_sweep_names_a_run_stopped_by_a_signal_sent_to_it_alone():
 
 def test_sweep_forwards_the_signal_and_stops_after_the_run_saved(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    command = [sys.executable, "-m", "spectral_jax.cli", "sweep", "--config",
+    command = [sys.executable, "-m", "spectral_jax.lra.cli", "sweep", "--config",
                f"{ROOT}/configs/lra/listops.py:quick", "--attention", "softmax,linear",
                "--seeds", "0", "--workdir", str(sweep_dir),
                *(f"--config.{o}" for o in _overrides(tmp_path / "listops", steps=100000)),

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spectral_jax import data
-from spectral_jax.train import distributed, steps as steps_lib
-from spectral_jax.train.cli import load_config
-from spectral_jax.train.loop import TrainingDiverged, setup_run, train_and_evaluate
-from spectral_jax.train.writers import read_metrics
+from spectral_jax.lra import data
+from spectral_jax.lra.train import distributed, steps as steps_lib
+from spectral_jax.lra.cli.train import load_config
+from spectral_jax.lra.train.loop import TrainingDiverged, setup_run, train_and_evaluate
+from spectral_jax.lra.train.writers import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = [
@@ -194,7 +194,7 @@ def test_same_seed_same_metrics_and_overwrite(tmp_path):
 def test_relative_data_dir_in_a_committed_run_reopens(tmp_path, monkeypatch):
     # A run committed to a repository records data.dir relative; resuming it from the
     # repository root, with the path in any spelling, must be accepted and leave the file as is.
-    from spectral_jax.train.run import config_mismatch, open_for_training
+    from spectral_jax.lra.train.run import config_mismatch, open_for_training
 
     cfg, workdir = _listops_config(tmp_path), tmp_path / "run"
     with open_for_training(cfg, str(workdir)):
@@ -229,8 +229,8 @@ def test_resume_after_kill_continues_identically(tmp_path):
         jax.config.update("jax_num_cpu_devices", 8)
         jax.config.update("jax_disable_most_optimizations", True)
         import ml_collections
-        from spectral_jax import data
-        from spectral_jax.train import train_and_evaluate
+        from spectral_jax.lra import data
+        from spectral_jax.lra.train import train_and_evaluate
         original = data.iterate_batches
         def killing(split, batch_size, **kw):
             it = original(split, batch_size, **kw)

@@ -19,8 +19,9 @@ from pathlib import Path
 import jax
 import pytest
 
-from spectral_jax import data
-from spectral_jax.train import cli, sweep
+from spectral_jax.lra import data
+from spectral_jax.lra.cli import train as cli
+from spectral_jax.lra.train import sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 LISTOPS = f"{ROOT}/configs/lra/listops.py:quick"
@@ -165,7 +166,7 @@ def test_sweep_command_runs_each_method_in_its_own_process(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
            "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "spectral_jax.cli", "sweep", "--config", LISTOPS,
+        [sys.executable, "-m", "spectral_jax.lra.cli", "sweep", "--config", LISTOPS,
          "--attention", "softmax,linear", "--seeds", "0", "--workdir", str(out),
          *(f"--config.{o}" for o in _overrides(tmp_path / "listops")),
          "--config.model.attention_kwargs.feature_map=elu"],

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spectral_jax.data.listops import SPLIT_FILES, read_tsv
+from spectral_jax.lra.data.listops import SPLIT_FILES, read_tsv
 
 
 def first_operator_rule(train_dir: Path, train_rows: int | None) -> tuple[dict[int, int], int]:

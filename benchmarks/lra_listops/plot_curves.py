@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from spectral_jax._plotting import load_matplotlib, new_figure
+from spectral_jax.lra.plotting import load_matplotlib, new_figure
 
 
 def read_metrics(run: Path) -> dict[str, list[dict]]:

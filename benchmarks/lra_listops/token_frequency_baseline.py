@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from spectral_jax.data.listops import SPLIT_FILES, read_tsv
+from spectral_jax.lra.data.listops import SPLIT_FILES, read_tsv
 
 NUM_CLASSES = 10
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from spectral_jax.train import config_lib
+from spectral_jax.lra.train import config_lib
 
 LRA = {
     "data": {"dir": "data/lra_release/listops-1000", "options": {"max_length": 2000}},

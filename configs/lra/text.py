@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from spectral_jax.train import config_lib
+from spectral_jax.lra.train import config_lib
 
 _SMALL_MODEL = {**config_lib.SMALL_MODEL, "vocab_size": 257}
 

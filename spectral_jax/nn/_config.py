@@ -1,7 +1,7 @@
 """The frozen model configuration shared by the NNX and Linen models and the trainer.
 
 :class:`TransformerConfig` is the one schema of the LRA model: its fields and defaults are the
-training config's ``model`` section (``spectral_jax.train.config_lib`` derives it from them),
+training config's ``model`` section (``spectral_jax.lra.train.config_lib`` derives it from them),
 and the choices and ranges below are checked once, here, for every caller.
 """
 

@@ -1,0 +1,47 @@
+"""LRA task data: numpy-only readers of the release formats, generators, batching.
+
+One module per task (`listops`, `text`, `retrieval`, `image`, `pathfinder`), all
+returning a `Task` of fixed-shape `Split`s; `load_task` dispatches by name and
+`iterate_batches` yields fixed-shape, resumable batches. The registry (`TASKS`,
+`get_task_spec`) names each task, its title and its optional generator (`prepare_data`).
+"""
+
+from __future__ import annotations
+
+from spectral_jax.lra import require
+
+require()
+
+from spectral_jax.lra.data import image, listops, listops_generator, pathfinder, retrieval, text
+from spectral_jax.lra.data.batching import iterate_batches
+from spectral_jax.lra.data.registry import (
+    TASKS,
+    TITLES,
+    TaskSpec,
+    get_task_spec,
+    load_task,
+    prepare_data,
+    task_options,
+)
+from spectral_jax.lra.data.task import SPLIT_NAMES, Split, Task, majority_baseline
+
+__all__ = [
+    "SPLIT_NAMES",
+    "TASKS",
+    "TITLES",
+    "TaskSpec",
+    "Split",
+    "Task",
+    "get_task_spec",
+    "image",
+    "iterate_batches",
+    "listops",
+    "listops_generator",
+    "load_task",
+    "majority_baseline",
+    "pathfinder",
+    "prepare_data",
+    "retrieval",
+    "task_options",
+    "text",
+]

@@ -1,0 +1,123 @@
+"""Fixed-shape, resumable batches over a `Split`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from spectral_jax import _checks
+from spectral_jax.lra.data.task import Split
+
+
+def _epoch_order(n: int, epoch: int, shuffle: bool, seed: int) -> np.ndarray:
+    if not shuffle:
+        return np.arange(n)
+    return np.random.default_rng((seed, epoch)).permutation(n)
+
+
+def iterate_batches(
+    split: Split,
+    batch_size: int,
+    *,
+    shuffle: bool,
+    seed: int = 0,
+    start_step: int = 0,
+    repeat: bool = False,
+    drop_remainder: bool = False,
+) -> Iterator[dict[str, np.ndarray]]:
+    """Yields fixed-shape batches; the order is a pure function of (seed, step).
+
+    Epoch `e` visits the examples in the order `np.random.default_rng((seed, e))
+    .permutation(N)` (or 0..N-1 when not shuffling).
+
+    * `repeat=False` (evaluation): one pass over epoch 0, ceil(N / batch_size) batches.
+      The last partial batch is padded to `batch_size` with rows of weight 0.0 (inputs 0,
+      mask False, label 0) so every example is counted exactly once; with
+      `drop_remainder=True` it is dropped instead.
+    * `repeat=True` (training): the epochs are concatenated into one endless stream and
+      step k takes stream positions [k*batch_size, (k+1)*batch_size), so every batch is
+      full (weights all 1.0) and no example is ever skipped; a batch may straddle two
+      epochs. `drop_remainder` has no effect.
+
+    `start_step=k` yields exactly the batches steps k, k+1, ... of an uninterrupted run,
+    which is what checkpoint resumption needs.
+
+    Args:
+        split: the `Split` to read (inputs [N, L] or [N, 2, L]).
+        batch_size: rows per batch, >= 1.
+        shuffle: permute each epoch with the seeded generator above.
+        seed: shuffling seed.
+        start_step: index of the first batch to yield, >= 0.
+        repeat: loop forever over epochs 0, 1, 2, ...
+        drop_remainder: without `repeat`, drop the last partial batch instead of padding.
+
+    Yields:
+        {"inputs": int32 [B, ...], "mask": bool [B, ...], "label": int32 [B],
+         "weight": float32 [B] (1.0 real example, 0.0 padding row)}.
+
+    Raises:
+        TypeError: if `batch_size` or `start_step` is not an int.
+        ValueError: if `batch_size` < 1, `start_step` < 0, `start_step` is past the end
+            of a non-repeating pass, or `repeat=True` on an empty split.
+
+    Example:
+        >>> import numpy as np
+        >>> from spectral_jax.lra.data.task import Split
+        >>> s = Split(np.arange(5, dtype=np.int32)[:, None], np.ones((5, 1), bool),
+        ...           np.zeros(5, np.int32))
+        >>> [b["weight"].tolist() for b in iterate_batches(s, 2, shuffle=False)]
+        [[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]]
+    """
+    batch_size = _checks.positive_int("iterate_batches", "batch_size", batch_size)
+    start_step = _checks.nonnegative_int("iterate_batches", "start_step", start_step)
+    n = len(split)
+    if repeat:
+        if n == 0:
+            raise ValueError("iterate_batches: repeat=True needs a non-empty split, got N=0")
+        yield from _repeating(split, batch_size, shuffle, seed, start_step)
+        return
+    num_batches = n // batch_size if drop_remainder else -(-n // batch_size)
+    if start_step > num_batches:
+        raise ValueError(
+            f"iterate_batches: start_step={start_step} is past the end of one pass "
+            f"({num_batches} batches of {batch_size} over N={n})"
+        )
+    order = _epoch_order(n, 0, shuffle, seed)
+    for step in range(start_step, num_batches):
+        idx = order[step * batch_size:(step + 1) * batch_size]
+        yield _gather(split, idx, batch_size)
+
+
+def _repeating(
+    split: Split, batch_size: int, shuffle: bool, seed: int, start_step: int
+) -> Iterator[dict[str, np.ndarray]]:
+    n = len(split)
+    cache: dict[int, np.ndarray] = {}
+    step = start_step
+    while True:
+        pos = np.arange(step * batch_size, (step + 1) * batch_size)
+        epochs = pos // n
+        idx = np.empty(batch_size, np.int64)
+        for e in np.unique(epochs).tolist():
+            if e not in cache:
+                # Only the current epoch's permutation is kept: a batch never looks back.
+                cache = {k: v for k, v in cache.items() if k >= epochs[0]}
+                cache[e] = _epoch_order(n, e, shuffle, seed)
+            sel = epochs == e
+            idx[sel] = cache[e][pos[sel] % n]
+        yield _gather(split, idx, batch_size)
+        step += 1
+
+
+def _gather(split: Split, idx: np.ndarray, batch_size: int) -> dict[str, np.ndarray]:
+    k = idx.shape[0]
+    inputs = np.zeros((batch_size,) + split.inputs.shape[1:], np.int32)
+    mask = np.zeros((batch_size,) + split.mask.shape[1:], bool)
+    label = np.zeros((batch_size,), np.int32)
+    weight = np.zeros((batch_size,), np.float32)
+    inputs[:k] = split.inputs[idx]
+    mask[:k] = split.mask[idx]
+    label[:k] = split.labels[idx]
+    weight[:k] = 1.0
+    return {"inputs": inputs, "mask": mask, "label": label, "weight": weight}

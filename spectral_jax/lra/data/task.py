@@ -1,0 +1,137 @@
+"""The common interface of every LRA task: a `Task` holding three fixed-shape `Split`s."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+SPLIT_NAMES = ("train", "validation", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """One split of a task as dense, fixed-length numpy arrays.
+
+    Attributes:
+        inputs: int32 [N, L] token ids, 0 = pad; [N, 2, L] for dual-document tasks
+            (retrieval). For image tasks 0 is also the black pixel, so use `mask`, not
+            `inputs > 0`, to find padding.
+        mask: bool, same shape as `inputs`; True = valid token.
+        labels: int32 [N] class ids.
+
+    Raises:
+        TypeError: if an array has the wrong dtype.
+        ValueError: if the shapes disagree or `inputs` is not 2-D/3-D.
+
+    Example:
+        >>> import numpy as np
+        >>> s = Split(np.array([[3, 4, 0]], np.int32), np.array([[1, 1, 0]], bool),
+        ...           np.array([1], np.int32))
+        >>> len(s)
+        1
+    """
+
+    inputs: np.ndarray
+    mask: np.ndarray
+    labels: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name, want in (("inputs", np.int32), ("mask", np.bool_), ("labels", np.int32)):
+            got = getattr(self, name)
+            if not isinstance(got, np.ndarray) or got.dtype != want:
+                raise TypeError(
+                    f"Split.{name} must be a numpy array of dtype {np.dtype(want).name}, "
+                    f"got {type(got).__name__} {getattr(got, 'dtype', '')}"
+                )
+        if self.inputs.ndim not in (2, 3):
+            raise ValueError(
+                f"Split.inputs must be [N, L] or [N, 2, L], got shape {self.inputs.shape}"
+            )
+        if self.mask.shape != self.inputs.shape:
+            raise ValueError(
+                f"Split.mask shape {self.mask.shape} != inputs shape {self.inputs.shape}"
+            )
+        if self.labels.shape != self.inputs.shape[:1]:
+            raise ValueError(
+                f"Split.labels shape {self.labels.shape} must be ({self.inputs.shape[0]},)"
+            )
+        if self.labels.size and self.labels.min() < 0:
+            raise ValueError(f"Split.labels must be >= 0, got minimum {self.labels.min()}")
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A loaded LRA task: metadata plus its train / validation / test splits.
+
+    Attributes:
+        name: one of `spectral_jax.lra.data.TASKS`.
+        vocab_size: number of token ids (ids are in [0, vocab_size)).
+        num_classes: number of label classes (labels are in [0, num_classes)).
+        max_length: sequence length L of every split (per document when `dual`).
+        dual: True when inputs carry two documents ([N, 2, L]), i.e. retrieval.
+        splits: {"train", "validation", "test"} -> `Split`.
+        source: where the data was read from (path and format), for logs.
+        truncated: split -> number of sequences longer than `max_length` that were cut
+            (documents for retrieval, so up to 2 per example).
+
+    Example:
+        >>> import numpy as np
+        >>> s = Split(np.zeros((2, 4), np.int32), np.ones((2, 4), bool), np.zeros(2, np.int32))
+        >>> t = Task("image", 256, 10, 4, False, {"train": s, "validation": s, "test": s})
+        >>> t.splits["train"].inputs.shape
+        (2, 4)
+    """
+
+    name: str
+    vocab_size: int
+    num_classes: int
+    max_length: int
+    dual: bool
+    splits: dict[str, Split]
+    source: str = ""
+    truncated: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if set(self.splits) != set(SPLIT_NAMES):
+            raise ValueError(f"Task.splits must have keys {SPLIT_NAMES}, got {tuple(self.splits)}")
+        want_ndim = 3 if self.dual else 2
+        for key, split in self.splits.items():
+            if split.inputs.ndim != want_ndim or split.inputs.shape[-1] != self.max_length:
+                raise ValueError(
+                    f"Task {self.name!r} split {key!r}: inputs shape {split.inputs.shape} does "
+                    f"not match dual={self.dual}, max_length={self.max_length}"
+                )
+
+
+def majority_baseline(split: Split) -> float:
+    """Accuracy of always predicting the most frequent label *of this split*.
+
+    It is the fraction of `split`'s examples whose label equals its own most frequent
+    label: an upper bound on any constant predictor on that split, i.e. the accuracy a
+    model must beat to have learned anything beyond class frequencies.
+
+    Args:
+        split: a `Split` with int32 labels [N], N >= 1.
+
+    Returns:
+        A float in (0, 1].
+
+    Raises:
+        ValueError: if the split is empty.
+
+    Example:
+        >>> import numpy as np
+        >>> s = Split(np.zeros((4, 1), np.int32), np.ones((4, 1), bool),
+        ...           np.array([0, 1, 1, 1], np.int32))
+        >>> majority_baseline(s)
+        0.75
+    """
+    if len(split) == 0:
+        raise ValueError("majority_baseline: split is empty (N=0); it has no majority label")
+    counts = np.bincount(split.labels)
+    return float(counts.max() / len(split))

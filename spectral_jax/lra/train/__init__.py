@@ -1,0 +1,34 @@
+"""LRA training: configs, the run lifecycle, the loop, checkpoints and the train/eval/table CLI.
+
+``train_and_evaluate(config, workdir)`` is the entry point, as in the Flax examples; configs
+come from ``configs/lra/*.py`` (see :mod:`spectral_jax.lra.train.config_lib`). A run is opened by
+``open_for_training`` or ``restore_for_evaluation`` (:mod:`spectral_jax.lra.train.run`). The names
+are imported lazily so that ``spectral-jax --help`` does not load JAX, Flax and orbax.
+"""
+
+from __future__ import annotations
+
+from spectral_jax.lra import require
+
+require()
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "TrainingDiverged": "loop",
+    "TrainingInterrupted": "interrupt",
+    "evaluate": "loop",
+    "evaluate_checkpoint": "loop",
+    "train_and_evaluate": "loop",
+    "Run": "run",
+    "open_for_training": "run",
+    "restore_for_evaluation": "run",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"spectral_jax.lra.train.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'spectral_jax.lra.train' has no attribute {name!r}")

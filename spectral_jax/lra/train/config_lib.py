@@ -1,0 +1,399 @@
+"""What the LRA config files (``configs/lra/<task>.py``, one per task) share: the parser of
+``get_config("attention=nystrom,protocol=small")``, the attention defaults (from the
+registry) and the config schema, in the style of big_vision's ``configs/common.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import ml_collections
+from ml_collections import config_dict
+
+from spectral_jax import _checks
+from spectral_jax.lra.data.registry import TASKS, task_options
+
+PROTOCOLS = ("lra", "small", "quick")
+# Model fields a config does not carry: the method is set by build_config, and parameters stay
+# float32 (adding the field would change the config.json of every saved run).
+_NOT_CONFIG_FIELDS = ("attention", "attention_kwargs", "param_dtype")
+
+# The "small" protocol's model and optimizer are the same for every task (the Nystromformer /
+# Skyformer comparison setup); task configs add vocab_size and max_length.
+SMALL_MODEL: dict[str, Any] = {
+    "num_layers": 2, "embed_dim": 64, "num_heads": 2, "qkv_dim": 64, "mlp_dim": 128,
+    "dropout_rate": 0.1, "attention_dropout_rate": 0.1, "pooling": "mean",
+    "positional": "learned",
+}
+SMALL_OPTIMIZER: dict[str, Any] = {
+    "learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6, "weight_decay": 0.0}
+# The "quick" CPU smoke runs share one AdamW setting across tasks.
+QUICK_OPTIMIZER: dict[str, Any] = {
+    "learning_rate": 1e-3, "b1": 0.9, "b2": 0.98, "eps": 1e-9, "weight_decay": 0.01}
+
+def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
+    """Parses ``"key=value,key2=value2"`` (the part after ``:`` in ``--config file.py:arg``).
+
+    Values are converted to the type of the default (int, float, bool or str). A bare word such as
+    ``quick`` sets the boolean default of that name to True.
+
+    Args:
+        arg: the argument string, or None / "" for all defaults.
+        **defaults: allowed keys and their default values.
+
+    Returns:
+        A ConfigDict with every default key.
+
+    Raises:
+        ValueError: for a key that is not one of ``defaults`` or a value of the wrong type.
+
+    Example:
+        >>> parse_arg("attention=nystrom,quick", attention="softmax", quick=False).quick
+        True
+    """
+    result = ml_collections.ConfigDict(dict(defaults))
+    for item in filter(None, (part.strip() for part in (arg or "").split(","))):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if key not in defaults:
+            raise ValueError(
+                f"config argument {key!r} (in {arg!r}) is unknown; allowed: {sorted(defaults)}"
+            )
+        default = defaults[key]
+        if not sep:
+            if not isinstance(default, bool):
+                raise ValueError(f"config argument {key!r} needs a value, e.g. {key}={default}")
+            result[key] = True
+            continue
+        result[key] = _convert(key, raw.strip(), default)
+    return result
+
+
+def _convert(key: str, raw: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"config argument {key}={raw!r}: expected true or false")
+        return raw.lower() in ("true", "1")
+    for kind in (int, float):
+        if isinstance(default, kind):
+            try:
+                return kind(raw)
+            except ValueError:
+                raise ValueError(
+                    f"config argument {key}={raw!r}: expected {kind.__name__}"
+                ) from None
+    return raw
+
+
+def attention_kwargs(attention: str, max_length: int | None = None,
+                     choices: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Default parameters of an attention method (its registry entry), budget capped at ``max_length``.
+
+    Args:
+        attention: registry name (see ``spectral_jax.attention.available_attentions()``).
+        max_length: when given, landmark / feature / projection counts larger than the sequence
+          are reduced to the largest power of two not above it (a budget above the length would
+          not be an approximation).
+        choices: a preset's values replacing the registry defaults (capped the same way).
+
+    Raises:
+        ValueError: for an unknown method name.
+
+    Example:
+        >>> attention_kwargs("nystrom", max_length=48)["num_landmarks"]
+        32
+    """
+    from spectral_jax import attention as attention_lib
+
+    if attention not in attention_lib.ATTENTIONS:
+        raise ValueError(
+            f"attention={attention!r} is unknown; known methods: "
+            f"{sorted(attention_lib.available_attentions())}"
+        )
+    # The registry records each method's parameters and which one is its budget.
+    spec = attention_lib.get_attention_spec(attention)
+    kwargs = {**spec.config_defaults(), **(choices or {})}
+    if max_length is not None and spec.budget in kwargs:
+        cap = 1 << (max_length.bit_length() - 1)
+        kwargs[spec.budget] = min(kwargs[spec.budget], cap)
+    return kwargs
+
+
+def build_config(
+    *,
+    task: str,
+    protocol: str,
+    attention: str,
+    seed: int,
+    data: dict[str, Any],
+    model: dict[str, Any],
+    train: dict[str, Any],
+    attention_overrides: dict[str, Any] | None = None,
+) -> ml_collections.ConfigDict:
+    """Assembles a training config with the full schema, filling shared defaults.
+
+    Args:
+        task: one of :data:`TASKS`.
+        protocol: one of :data:`PROTOCOLS` (``quick`` is the CPU preset).
+        attention: registry name of the attention method.
+        seed: seeds parameters, dropout and data order.
+        data: ``dir`` (where the task's files are), ``options`` (passed to
+          ``spectral_jax.lra.data.load_task``) and optionally ``generate`` (ListOps generator
+          arguments, used when ``dir`` is missing).
+        model: fields of :class:`spectral_jax.nn.TransformerConfig` except ``vocab_size`` and
+          ``num_classes`` when they come from the data (None = take the task's).
+        train: loop settings; see ``configs/lra/listops.py`` for every key.
+        attention_overrides: method parameters replacing the defaults (the budget is still
+          capped at ``model["max_length"]``).
+
+    Returns:
+        An unlocked ConfigDict.
+
+    Raises:
+        ValueError: for an unknown task, protocol or attention method.
+
+    Example:
+        >>> cfg = build_config(task="listops", protocol="quick", attention="softmax", seed=0,
+        ...                    data={"dir": "d"}, model={"max_length": 64}, train={"steps": 10})
+        >>> cfg.train.optimizer.b2
+        0.999
+    """
+    _checks.choice("config", "task", task, TASKS)
+    _checks.choice("config", "protocol", protocol, PROTOCOLS)
+    kwargs = attention_kwargs(attention, model.get("max_length"), attention_overrides)
+
+    cfg = ml_collections.ConfigDict()
+    cfg.task = task
+    cfg.protocol = protocol
+    cfg.seed = seed
+    # Every reader option is present (at its default), so each can be set from the command
+    # line (ml_collections refuses fields that do not exist).
+    options = {**task_options(task), **data.get("options", {})}
+    cfg.data = ml_collections.ConfigDict(
+        {"dir": data["dir"], "options": options, "generate": data.get("generate")}
+    )
+    defaults = model_defaults()
+    unknown = sorted(set(model) - set(defaults))
+    if unknown:
+        raise ValueError(f"build_config: model has {unknown}, which are not TransformerConfig "
+                         f"fields (allowed: {sorted(defaults)})")
+    cfg.model = ml_collections.ConfigDict(_typed({**defaults, **model}, model_types()))
+    cfg.model.attention = attention
+    cfg.model.attention_kwargs = ml_collections.ConfigDict(kwargs)
+    train_defaults = {
+        "steps": 1000, "batch_size": 32, "eval_batch_size": None, "eval_every": 100,
+        "eval_steps": -1, "log_every": 50, "keep_checkpoints": 2, "grad_clip_norm": None,
+        "redraw_features_every": 0,
+        "optimizer": {"learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6,
+                      "weight_decay": 0.0},
+        "schedule": {"name": "linear", "warmup_steps": 0, "steps_per_cycle": None},
+    }
+    merged = {**train_defaults, **train}
+    merged["optimizer"] = {**train_defaults["optimizer"], **train.get("optimizer", {})}
+    merged["schedule"] = {**train_defaults["schedule"], **train.get("schedule", {})}
+    cfg.train = ml_collections.ConfigDict(_typed(merged, _TRAIN_TYPES))
+    cfg.train.schedule = ml_collections.ConfigDict(_typed(merged["schedule"], _TRAIN_TYPES))
+    return cfg
+
+
+# The types of fields whose default is None, so that a command-line override is parsed by
+# type (ml_collections placeholders; config.json is unchanged: a placeholder is null).
+_TRAIN_TYPES = {"eval_batch_size": int, "grad_clip_norm": float, "steps_per_cycle": int}
+
+
+def _typed(values: dict[str, Any], types: dict[str, type]) -> dict[str, Any]:
+    return {k: config_dict.placeholder(types[k]) if v is None and k in types else v
+            for k, v in values.items()}
+
+
+def model_types() -> dict[str, type]:
+    """The type of each ``model`` field that is a plain int, float, bool or str.
+
+    Example:
+        >>> model_types()["vocab_size"], model_types()["dropout_rate"]
+        (<class 'int'>, <class 'float'>)
+    """
+    import typing
+
+    from spectral_jax.nn._config import TransformerConfig
+
+    hints = typing.get_type_hints(TransformerConfig)
+    return {name: hint for name, hint in hints.items() if hint in (int, float, bool, str)}
+
+
+def model_defaults() -> dict[str, Any]:
+    """The ``model`` section's fields and defaults: those of ``nn.TransformerConfig``.
+
+    Sizes the data gives (``vocab_size``, ``num_classes``, ``max_length``) default to None
+    (take the task's); dtypes are names.
+
+    Example:
+        >>> model_defaults()["pooling"], model_defaults()["vocab_size"], model_defaults()["dtype"]
+        ('mean', None, 'float32')
+    """
+    import numpy as np
+
+    from spectral_jax.nn._config import TransformerConfig
+
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(TransformerConfig):
+        if field.name in _NOT_CONFIG_FIELDS:
+            continue
+        default = None if field.default is dataclasses.MISSING else field.default
+        out[field.name] = np.dtype(default).name if field.name == "dtype" else default
+    return out
+
+
+_OWNER = "config"
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks a training config's names and numbers before anything is loaded or compiled.
+
+    Args:
+        config: a config built by :func:`build_config` (possibly with overrides).
+
+    Raises:
+        ValueError: unknown task, protocol, attention method, schedule, pooling or positional
+          encoding; a non-positive step count, batch size or interval; missing sections.
+        TypeError: a value of the wrong kind (a string step count); see
+          :mod:`spectral_jax._checks` for the rule.
+
+    Example:
+        >>> validate_config(build_config(task="listops", protocol="quick", attention="softmax",
+        ...     seed=0, data={"dir": "d"}, model={}, train={}))
+    """
+    from spectral_jax import attention as attention_lib
+    from spectral_jax.nn._attention import allowed_attention_kwargs
+    from spectral_jax.nn._config import check_fields
+    from spectral_jax.lra.train.optim import SCHEDULES
+
+    for section in ("data", "model", "train"):
+        if section not in config:
+            raise ValueError(f"config has no {section!r} section; build it with build_config()")
+    _checks.choice(_OWNER, "task", config.task, TASKS)
+    _checks.choice(_OWNER, "protocol", config.protocol, PROTOCOLS)
+    _checks.choice(_OWNER, "model.attention", config.model.attention,
+                   attention_lib.available_attentions())
+    _checks.choice(_OWNER, "train.schedule.name", config.train.schedule.name, SCHEDULES)
+    train = config.train
+    for name in ("steps", "batch_size", "eval_every", "log_every", "keep_checkpoints"):
+        _checks.positive_int(_OWNER, f"train.{name}", train[name])
+    _checks.positive_int(_OWNER, "train.eval_batch_size", train.eval_batch_size, allow_none=True)
+    if train.eval_steps != -1:
+        _checks.positive_int(_OWNER, "train.eval_steps", train.eval_steps)
+    _checks.nonnegative_int(_OWNER, "seed", config.seed)
+    _checks.nonnegative_int(_OWNER, "train.redraw_features_every", train.redraw_features_every)
+    model = config.model
+    allowed = allowed_attention_kwargs(model.attention)
+    unknown = sorted(set(model.attention_kwargs.to_dict()) - allowed)
+    if unknown:
+        raise ValueError(
+            f"model.attention_kwargs has {unknown}, which attention={model.attention!r} does not "
+            f"take (allowed: {sorted(allowed)}). To switch a preset to another method, use the "
+            f"config argument, e.g. configs/lra/{config.task}.py:attention={model.attention}, "
+            "which brings that method's own attention_kwargs"
+        )
+    check_fields(model.to_dict(), owner=_OWNER, prefix="model.")
+    _check_causal(model, attention_lib.get_attention_spec(model.attention))
+    opt = train.optimizer
+    for name in ("b1", "b2"):
+        _checks.number(_OWNER, f"train.optimizer.{name}", opt[name], low=0.0, high=1.0,
+                       high_open=True)
+    _checks.number(_OWNER, "train.optimizer.eps", opt.eps, low=0.0, low_open=True)
+    _checks.number(_OWNER, "train.optimizer.weight_decay", opt.weight_decay, low=0.0)
+    _checks.positive_int(_OWNER, "train.schedule.steps_per_cycle", train.schedule.steps_per_cycle,
+                         allow_none=True)
+
+
+def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:
+    causal = model.get("is_causal", False)
+    if not isinstance(causal, bool):
+        raise ValueError(f"model.is_causal={causal!r} must be a bool")
+    if spec.causal_only and not causal:
+        raise ValueError(
+            f"attention={spec.name!r} is causal only: set model.is_causal=True (the "
+            f"configs/lra presets do it) with model.pooling='mean'")
+    if causal and not spec.supports_causal:
+        raise ValueError(f"model.is_causal=True but attention={spec.name!r} has no causal form")
+    if causal and model.pooling == "cls":
+        raise ValueError(
+            "model.is_causal=True with model.pooling='cls': the CLS token at position 0 would "
+            "see only itself; use model.pooling='mean'")
+
+
+def from_presets(
+    task: str, arg: str | None, presets: dict[str, dict[str, Any]]
+) -> ml_collections.ConfigDict:
+    """The config of ``task`` for ``get_config(arg)`` from a task file's per-protocol presets.
+
+    ``arg`` takes ``attention=<method>`` (default ``spectral_shift``), ``protocol=lra|small|quick``
+    (default ``lra``), the bare word ``quick`` (= ``protocol=quick``) and ``seed=<int>``, e.g.
+    ``"attention=nystrom,protocol=small"``. Attention-weight dropout exists only for exact
+    softmax attention, so other methods get ``attention_dropout_rate=0``; causal-only methods
+    (``gated_linear``) get ``model.is_causal=True`` and ``model.pooling="mean"``.
+
+    Args:
+        task: one of :data:`TASKS`.
+        arg: the string after ``:`` in ``--config file.py:arg``.
+        presets: protocol -> ``{"data": ..., "model": ..., "train": ...}`` (see
+          :func:`build_config`).
+
+    Returns:
+        The config.
+
+    Raises:
+        ValueError: unknown argument key, protocol or attention method.
+
+    Example:
+        >>> p = {"quick": {"data": {"dir": "d"}, "model": {"max_length": 64}, "train": {}}}
+        >>> cfg = from_presets("listops", "quick,attention=nystrom", p)
+        >>> cfg.model.attention_kwargs.num_landmarks
+        64
+    """
+    a = parse_arg(arg, attention="spectral_shift", protocol="lra", quick=False, seed=0)
+    protocol = "quick" if a.quick else a.protocol
+    if protocol not in presets:
+        raise ValueError(
+            f"protocol={protocol!r} is unknown for task {task!r}; allowed: {sorted(presets)}"
+        )
+    preset = presets[protocol]
+    model = dict(preset["model"])
+    attention_overrides = dict(preset.get("attention_kwargs", {}).get(a.attention, {}))
+    model.update(method_model_fields(a.attention, preset["model"]))
+    cfg = build_config(
+        task=task, protocol=protocol, attention=a.attention, seed=a.seed, data=preset["data"],
+        model=model, train=preset["train"], attention_overrides=attention_overrides,
+    )
+    # What resolve_attention needs when an override switches the method: an attribute of this
+    # object, not a config field (config.json stays as it is).
+    object.__setattr__(cfg, _PRESET_ATTR, {
+        "attention_kwargs": preset.get("attention_kwargs", {}), "model": preset["model"]})
+    return cfg
+
+
+def method_model_fields(attention: str, preset_model: dict[str, Any]) -> dict[str, Any]:
+    """The ``model`` fields a preset sets by method: attention-weight dropout exists only for
+    methods that form the weights (exact softmax), so others get ``attention_dropout_rate=0``;
+    causal-only methods get ``is_causal=True`` and mean pooling.
+
+    Used when the config is built and again when an override switches the method.
+
+    Example:
+        >>> method_model_fields("nystrom", {"attention_dropout_rate": 0.1})
+        {'attention_dropout_rate': 0.0}
+    """
+    from spectral_jax.attention import ATTENTIONS
+
+    spec = ATTENTIONS.get(attention)
+    rate = preset_model.get("attention_dropout_rate", 0.0)
+    fields = {"attention_dropout_rate": rate if spec is not None and spec.weight_dropout else 0.0}
+    if spec is not None and spec.causal_only:
+        # A recurrence (gated_linear) runs causally; a causal CLS token at position 0 would
+        # see only itself, so these methods pool by the mean over valid tokens.
+        fields.update(is_causal=True, pooling="mean")
+    return fields
+
+
+_PRESET_ATTR = "_spectral_jax_preset"

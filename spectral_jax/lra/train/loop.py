@@ -1,0 +1,320 @@
+"""``train_and_evaluate(config, workdir)``: the LRA training loop, in the Flax examples' style.
+
+Read top to bottom: open the run (:mod:`spectral_jax.lra.train.run`), resume from its last
+checkpoint, train with periodic validation and checkpoints, evaluate the final and best
+checkpoints on the test split, write ``results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Iterator
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from spectral_jax import _checks
+from spectral_jax.lra import data
+from spectral_jax.lra.train import distributed, run_stats
+from spectral_jax.lra.train import extend as extend_lib
+from spectral_jax.lra.train import run as run_lib
+from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
+from spectral_jax.lra.train.progress import Reporter
+# Re-exported: the run's files and set-up have lived here since the first release.
+from spectral_jax.lra.train.run import (  # noqa: F401
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    RESULTS_FILE,
+    RunSetup,
+    setup_run,
+)
+from spectral_jax.lra.train.writers import MetricWriter
+
+Meta = dict[str, Any]  # what a checkpoint stores besides the state: best_* and wall_time_s
+# A checkpoint saved on a signal between two logged steps also stores the unlogged steps'
+# metrics under this key, so the resumed run logs the same window as an uninterrupted one.
+_WINDOW = "unlogged_window"
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or inf; the last good checkpoint is kept."""
+
+    exit_status = 1  # `spectral-jax train` exits with 1, not the 2 of a user error
+
+
+def train_and_evaluate(
+    config: ml_collections.ConfigDict, workdir: str, *, overwrite: bool = False,
+    extend: bool = False,
+) -> dict[str, Any]:
+    """Trains ``config`` in ``workdir``, resuming from its last checkpoint, and evaluates on test.
+
+    Evaluates on the validation split every ``train.eval_every`` steps and checkpoints there
+    (orbax, the last ``train.keep_checkpoints`` plus the best). At the end both the final and the
+    best-validation parameters are evaluated on the test split, next to the test split's
+    majority-class baseline, and everything lands in ``workdir/results.json``. A run killed at
+    any point and started again with the same config continues from its last checkpoint with the
+    same data order and randomness, and ``metrics.jsonl`` reads as if it had never stopped.
+    SIGINT (Ctrl-C) or SIGTERM (preemption) in a single-process run finishes the current
+    step, checkpoints it and raises :class:`~spectral_jax.lra.train.interrupt.TrainingInterrupted`
+    (see :mod:`spectral_jax.lra.train.interrupt`); resuming continues bit-exact.
+
+    Args:
+        config: a config from ``configs/lra/*.py`` (see :mod:`spectral_jax.lra.train.config_lib`).
+        workdir: run directory (created). Holding a different config, it is refused.
+        overwrite: delete a previous run's files in ``workdir`` first.
+        extend: continue the run in ``workdir`` to ``config.train.steps``, more steps than it
+          was started with (its config must differ in ``train.steps`` alone). The schedule is
+          re-evaluated for the new total from the next step on (see
+          :mod:`spectral_jax.lra.train.extend`); ``results.json`` lists the extensions.
+
+    Returns:
+        The contents of ``results.json``: ``test_accuracy`` (best-validation checkpoint),
+        ``final_test_accuracy``, ``majority_baseline``, ``best_step``, ``steps``,
+        ``wall_time_s``, ``num_params``, the training rate (``examples_per_s``,
+        ``tokens_per_s``, ``steps_per_s``: median over the logged windows after the first),
+        ``train_step_peak_bytes`` (the compiled train step's peak memory per device), ``compiles``,
+        ``extensions`` (``[]`` unless extended) and the resolved ``config``.
+
+    Raises:
+        ValueError: invalid config (unknown task, method or protocol; batch size not divisible
+          by the device count; ...), or ``workdir`` holding a different config. Raised before
+          anything is compiled.
+        TypeError: a config value of the wrong kind (see :mod:`spectral_jax._checks`).
+        FileNotFoundError: the task's data directory is missing (the message says how to get it).
+        TrainingDiverged: the loss became non-finite (the message names the step).
+        TrainingInterrupted: SIGINT or SIGTERM; the step it names is checkpointed.
+
+    Example:
+        ``spectral-jax train --config configs/lra/listops.py:quick --workdir runs/x`` calls
+        ``train_and_evaluate(load_config("configs/lra/listops.py:quick"), "runs/x")``;
+        tests/test_train_loop.py runs it on tiny data.
+    """
+    run = run_lib.open_for_training(config, workdir, overwrite=overwrite, extend=extend)
+    config = run.config
+    # One process alone may not stop: the others would wait for it in the next step.
+    with run, StopSignals(enabled=jax.process_count() == 1) as stop:
+        state = run.setup.state
+        meta: Meta = {"best_val_accuracy": -1.0, "best_step": 0, "wall_time_s": 0.0}
+        start_step = run.checkpoints.latest_step()
+        if start_step is not None:
+            state, meta = run.checkpoints.restore(start_step, state)
+        writer = MetricWriter(workdir, enabled=run.is_main, resume_step=start_step)
+        reporter = Reporter(config.train.steps, start=start_step or 0, enabled=run.is_main)
+        if run.extension is not None:
+            extend_lib.log_extension(run.extension, writer, reporter)
+        try:
+            state, meta = _train(run, state, meta, start_step or 0, writer, reporter, stop)
+            results = _final_evaluation(run, state, meta)
+            if stop.signum is not None:  # during the final evaluation: the last step is saved
+                raise TrainingInterrupted(config.train.steps, stop.signum)
+            # The cost side of the result (what a sweep's table compares methods on).
+            probe = distributed.global_batch(
+                next(data.iterate_batches(run.task.splits["train"], config.train.batch_size,
+                                          shuffle=False)), run.batch_sharding)
+            results.update(
+                **run_stats.training_throughput(workdir, config.train.batch_size),
+                train_step_peak_bytes=run_stats.step_peak_bytes(
+                    run.setup.steps.train, run.setup.rng_state, state, probe),
+            )
+        finally:
+            reporter.close()
+            writer.close()
+
+    step_fns = run.setup.steps
+    results.update(
+        num_params=run.setup.num_params,
+        num_devices=run.mesh.devices.size,
+        num_processes=jax.process_count(),
+        compiles={"train": step_fns.train._cache_size(), "eval": step_fns.eval._cache_size()},
+        data_source=run.task.source,
+        extensions=extend_lib.read_extensions(workdir),
+        config=_resolved(config, run.model_config),
+    )
+    if run.is_main:
+        with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
+            json.dump(results, f, indent=2)
+    reporter.summary(results)
+    return results
+
+
+def _train(run: run_lib.Run, state: nnx.State, meta: Meta, start_step: int,
+           writer: MetricWriter, reporter: Reporter,
+           stop: StopSignals) -> tuple[nnx.State, Meta]:
+    """Steps ``start_step + 1 .. train.steps``: log, validate, checkpoint; stop on a signal."""
+    config, step_fns = run.config, run.setup.steps
+    train_cfg = config.train
+    batches = data.iterate_batches(
+        run.task.splits["train"], train_cfg.batch_size, shuffle=True, seed=config.seed,
+        start_step=start_step, repeat=True,
+    )
+    meta = dict(meta)
+    window: list[dict[str, Any]] = _restore_window(meta.pop(_WINDOW, None))
+    window_start = time.perf_counter()
+    run_start = time.perf_counter()
+    base_time = float(meta["wall_time_s"])
+    for step in range(start_step + 1, train_cfg.steps + 1):
+        batch = distributed.global_batch(next(batches), run.batch_sharding)
+        state, metrics = step_fns.train(run.setup.rng_state, state, batch)
+        window.append(metrics)
+        reporter.advance()
+        is_eval = step % train_cfg.eval_every == 0 or step == train_cfg.steps
+        if step % train_cfg.log_every == 0 or is_eval:
+            # Steps are dispatched asynchronously: wait for them, or the clock counts only
+            # their dispatch.
+            jax.block_until_ready(metrics)
+            summary = _summarize(window, time.perf_counter() - window_start, step)
+            writer.write(step, "train", summary)
+            reporter.train(step, summary)
+            window, window_start = [], time.perf_counter()
+        if is_eval:
+            val = evaluate(step_fns.eval, run.setup.rng_state, state,
+                           run.task.splits["validation"], run.eval_batch_size,
+                           run.batch_sharding, train_cfg.eval_steps)
+            if val["accuracy"] >= meta["best_val_accuracy"]:
+                meta = {**meta, "best_val_accuracy": val["accuracy"], "best_step": step}
+            meta = {**meta, "wall_time_s": base_time + time.perf_counter() - run_start}
+            writer.write(step, "validation", val)
+            reporter.validation(step, val, meta["best_val_accuracy"])
+            run.checkpoints.save(step, state, meta, val["accuracy"])
+            window_start = time.perf_counter()
+        if stop.signum is not None:
+            if not is_eval:
+                meta = {**meta, "wall_time_s": base_time + time.perf_counter() - run_start}
+                saved = {**meta, _WINDOW: _host_window(window)} if window else meta
+                run.checkpoints.save(step, state, saved, None)
+            raise TrainingInterrupted(step, stop.signum)
+    return state, meta
+
+
+def _host_window(window: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """The unlogged steps' metrics as JSON (float32 and bool values are exact as floats)."""
+    return [{k: float(v) for k, v in m.items()} for m in jax.device_get(window)]
+
+
+def _restore_window(saved: list[dict[str, float]] | None) -> list[dict[str, Any]]:
+    """:func:`_host_window` undone: the same float32 (``finite``: bool) scalars."""
+    return [{k: np.bool_(v) if k == "finite" else np.float32(v) for k, v in m.items()}
+            for m in saved or ()]
+
+
+def _summarize(window: list[dict[str, jax.Array]], seconds: float, step: int) -> dict[str, float]:
+    host = jax.device_get(window)
+    finite = np.array([m["finite"] for m in host])
+    if not finite.all():
+        bad = step - len(host) + 1 + int(np.argmin(finite))
+        raise TrainingDiverged(
+            f"training loss is NaN or inf at step {bad}; stopped. The last good checkpoint "
+            f"(at or before step {step - len(host)}) is kept. Lower train.optimizer."
+            f"learning_rate or set train.grad_clip_norm."
+        )
+    total = {k: float(sum(m[k] for m in host)) for k in ("loss_sum", "correct", "count", "tokens")}
+    return {
+        "loss": total["loss_sum"] / total["count"],
+        "accuracy": total["correct"] / total["count"],
+        "grad_norm": float(np.mean([m["grad_norm"] for m in host])),
+        "learning_rate": float(host[-1]["learning_rate"]),
+        "examples_per_s": total["count"] / seconds,
+        "tokens_per_s": total["tokens"] / seconds,
+    }
+
+
+def evaluate(
+    eval_step, rng_state, state, split, batch_size: int, sharding, max_batches: int = -1
+) -> dict[str, float]:
+    """Loss and accuracy of ``state`` on ``split`` (all of it when ``max_batches`` is -1).
+
+    The last partial batch is padded with weight-0 rows, so every batch has the same shape and
+    the step compiles once.
+
+    Returns:
+        ``{"loss", "accuracy", "count"}``, loss in nats per example.
+
+    Example:
+        ``evaluate(run.setup.steps.eval, run.setup.rng_state, state, run.task.splits["test"],
+        64, run.batch_sharding)``; see :func:`evaluate_checkpoint`.
+    """
+    sums = {"loss_sum": 0.0, "correct": 0.0, "count": 0.0}
+    batches: Iterator = data.iterate_batches(split, batch_size, shuffle=False)
+    outputs = []
+    for i, batch in enumerate(batches):
+        if i == max_batches:
+            break
+        outputs.append(eval_step(rng_state, state, distributed.global_batch(batch, sharding)))
+    for out in jax.device_get(outputs):
+        for key in sums:
+            sums[key] += float(out[key])
+    count = max(sums["count"], 1.0)
+    return {"loss": sums["loss_sum"] / count, "accuracy": sums["correct"] / count,
+            "count": int(sums["count"])}
+
+
+def _final_evaluation(run: run_lib.Run, state: nnx.State, meta: Meta) -> dict[str, Any]:
+    config, step_fns, rng_state = run.config, run.setup.steps, run.setup.rng_state
+    run.checkpoints.wait()
+    test = run.task.splits["test"]
+    final = evaluate(step_fns.eval, rng_state, state, test, run.eval_batch_size,
+                     run.batch_sharding)
+    best_step = int(meta["best_step"])
+    if best_step in (config.train.steps, 0):
+        best = final
+    else:
+        best_state, _ = run.checkpoints.restore(best_step, state)
+        best = evaluate(step_fns.eval, rng_state, best_state, test, run.eval_batch_size,
+                        run.batch_sharding)
+    return {
+        "task": config.task,
+        "attention": config.model.attention,
+        "protocol": config.protocol,
+        "seed": config.seed,
+        "steps": config.train.steps,
+        "wall_time_s": float(meta["wall_time_s"]),
+        "best_step": best_step,
+        "best_val_accuracy": float(meta["best_val_accuracy"]),
+        "test_accuracy": best["accuracy"],
+        "test_loss": best["loss"],
+        "final_test_accuracy": final["accuracy"],
+        "final_test_loss": final["loss"],
+        "majority_baseline": data.majority_baseline(test),
+        "test_examples": final["count"],
+    }
+
+
+def _resolved(config: ml_collections.ConfigDict, model_cfg) -> dict[str, Any]:
+    out = config.to_dict()
+    out["model"].update(vocab_size=model_cfg.vocab_size, num_classes=model_cfg.num_classes,
+                        max_length=model_cfg.max_length)
+    return out
+
+
+def evaluate_checkpoint(
+    workdir: str, *, checkpoint: str = "best", split: str = "test"
+) -> dict[str, Any]:
+    """Evaluates a saved checkpoint of the run in ``workdir`` on one split.
+
+    Args:
+        workdir: a run directory written by :func:`train_and_evaluate`.
+        checkpoint: ``"best"`` (highest validation accuracy), ``"latest"`` or a step number.
+        split: ``"train"``, ``"validation"`` or ``"test"``.
+
+    Returns:
+        ``{"step", "split", "loss", "accuracy", "count", "majority_baseline"}``.
+
+    Raises:
+        FileNotFoundError: no run or no checkpoint in ``workdir``, or the data is missing.
+        ValueError: an unknown ``split`` or ``checkpoint`` value.
+
+    Example:
+        ``spectral-jax eval --workdir runs/x --checkpoint latest`` prints
+        ``evaluate_checkpoint("runs/x", checkpoint="latest")``.
+    """
+    _checks.choice("evaluate_checkpoint", "split", split, data.SPLIT_NAMES)
+    run, state, step = run_lib.restore_for_evaluation(workdir, checkpoint)
+    with jax.set_mesh(run.mesh):
+        result = evaluate(run.setup.steps.eval, run.setup.rng_state, state,
+                          run.task.splits[split], run.eval_batch_size, run.batch_sharding)
+    return {"step": step, "split": split, **result,
+            "majority_baseline": data.majority_baseline(run.task.splits[split])}

@@ -1,0 +1,121 @@
+"""Row labels of the results tables: the method and what ran, e.g. ``nystrom (quick)``.
+
+A run records its whole config, and its ``protocol`` names the preset it started from. The
+protocol alone is the label only when the config is that preset unchanged: the preset is
+rebuilt from the task's config file (``configs/lra/<task>.py``, looked up in the working
+directory, then in the repository that holds the package) for the run's method, and the
+fields that differ are named, e.g. ``nystrom (quick, steps=300)``, or counted past two:
+``nystrom (quick, custom: 5 fields)``. Fields one side lacks (added or removed since the run),
+fields the preset leaves None (filled in from the data at train time) and ``data.dir`` (where
+the data lies, not what it is) are not differences. Without the config file the label says
+so: ``nystrom (quick, preset not found)``. A run recorded without its config keeps
+``nystrom (quick)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pathlib
+from typing import Any
+
+# Shown as key=value up to this many differing fields; more are counted.
+_SHOWN = 2
+_NOT_DIFFERENCES = ("seed", "data.dir")
+
+
+def run_label(record: dict[str, Any]) -> str:
+    """``"<method> (<what ran>)"`` for one run's results (see the module docstring).
+
+    Args:
+        record: a run's ``results.json`` contents (``attention``, ``protocol``, ``task``
+          and, when recorded, ``config``).
+
+    Example:
+        >>> run_label({"attention": "nystrom", "protocol": "quick", "task": "listops"})
+        'nystrom (quick)'
+    """
+    method, protocol = record["attention"], record["protocol"]
+    config = record.get("config")
+    if not isinstance(config, dict):
+        return f"{method} ({protocol})"
+    preset = _preset(record["task"], protocol, method)
+    if preset is None:
+        return f"{method} ({protocol}, preset not found)"
+    changed = config_changes(config, preset)
+    return f"{method} ({', '.join([protocol, *describe_changes(changed)])})"
+
+
+def config_changes(config: dict[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``config`` whose values differ from ``preset``'s: ``{"a.b": value}``.
+
+    Example:
+        >>> config_changes({"train": {"steps": 300, "batch_size": 32}, "new": 1},
+        ...                {"train": {"steps": 3500, "batch_size": 32}})
+        {'train.steps': 300}
+    """
+    from spectral_jax.lra.train.table import flatten
+
+    ran, base = flatten(config), flatten(preset)
+    return {key: value for key, value in sorted(ran.items())
+            if key in base and key not in _NOT_DIFFERENCES and base[key] is not None
+            and json.dumps(value, sort_keys=True) != json.dumps(base[key], sort_keys=True)}
+
+
+def describe_changes(changed: dict[str, Any]) -> list[str]:
+    """Label parts for :func:`config_changes`: ``["steps=300"]``, or ``["custom: 5 fields"]``.
+
+    A field goes by its last name unless two changed fields share it.
+
+    Example:
+        >>> describe_changes({"train.steps": 300, "model.max_length": 64,
+        ...                   "data.options.max_length": 64})
+        ['custom: 3 fields']
+        >>> describe_changes({"model.max_length": 64, "data.options.max_length": 64})
+        ['model.max_length=64', 'data.options.max_length=64']
+    """
+    if not changed:
+        return []
+    if len(changed) > _SHOWN:
+        return [f"custom: {len(changed)} fields"]
+    last = [key.rsplit(".", 1)[-1] for key in changed]
+    return [f"{key if last.count(short) > 1 else short}={_text(value)}"
+            for (key, value), short in zip(changed.items(), last)]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else repr(value)
+
+
+def config_file(task: str) -> pathlib.Path | None:
+    """The task's config file: ``configs/lra/<task>.py`` here, else in the package's repository.
+
+    Example:
+        >>> config_file("listops").name
+        'listops.py'
+    """
+    relative = pathlib.Path("configs", "lra", f"{task}.py")
+    repository = pathlib.Path(__file__).resolve().parents[2]
+    for path in (pathlib.Path(os.getcwd()) / relative, repository / relative):
+        if path.is_file():
+            return path
+    return None
+
+
+def _preset(task: str, protocol: str, method: str) -> dict[str, Any] | None:
+    path = config_file(task)
+    return None if path is None else _recorded_preset(str(path), protocol, method)
+
+
+@functools.lru_cache(maxsize=None)
+def _recorded_preset(path: str, protocol: str, method: str) -> dict[str, Any] | None:
+    """The preset's config as a run records it, or None when the file cannot build it."""
+    from spectral_jax.lra.cli.train import load_config
+    from spectral_jax.lra.train.run import recorded_config
+
+    try:
+        config = load_config(f"{path}:protocol={protocol},attention={method}")
+        return recorded_config(config).to_dict()
+    except Exception:  # noqa: BLE001 - a config file that cannot build it: no preset to name
+        return None
