@@ -4,6 +4,12 @@ Every check raises with the message ``"{owner}: `{name}` must be {what}; got {va
 where ``owner`` says who asked (``"nystrom_attention()"``, ``"config"``, ``"load_task('text')"``)
 and ``name`` is the parameter as the caller spells it (``num_landmarks``, ``train.steps``).
 
+Every error raised for bad input from a caller, here and in every package, is a
+:class:`UsageError`: the ``spectral-jax`` command prints it as one line, while any other
+exception is a bug and keeps its traceback. Each kind is also the built-in exception a
+Python caller expects (``UsageTypeError`` is a ``TypeError``, ...), so ``except ValueError``
+keeps working.
+
 The rule, the same in every package:
 
 * **TypeError** when the value is not of the parameter's kind at all: a string, ``None``
@@ -37,11 +43,47 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NumberKindError", "boolean", "choice", "message", "nonnegative_int", "number",
+__all__ = ["NumberKindError", "UnknownNameError", "UnsupportedError", "UsageError",
+           "UsageTypeError", "boolean", "choice", "message", "nonnegative_int", "number",
            "positive_int"]
 
 
-class NumberKindError(TypeError, ValueError):
+class UsageError(ValueError):
+    """Bad input from the caller: a value, a shape, a name or a combination that is not allowed.
+
+    The marker class of every user error in spectral_jax; its subclasses add the built-in kind
+    a caller may catch (``TypeError``, ``KeyError``, ``NotImplementedError``).
+
+    Example:
+        >>> isinstance(UsageTypeError("f(): `x` must be an int; got 'a'."), (UsageError, TypeError))
+        True
+    """
+
+
+class UsageTypeError(UsageError, TypeError):
+    """A value of the wrong kind (a string where a number is expected, ...)."""
+
+
+class UnknownNameError(UsageError, KeyError):
+    """A name that is not registered (a method, a task, a config field).
+
+    ``str()`` gives the message itself, not KeyError's quoted form.
+
+    Example:
+        >>> str(UnknownNameError("unknown task 'x'; known: listops, text."))
+        "unknown task 'x'; known: listops, text."
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnsupportedError(UsageError, NotImplementedError):
+    """A valid request that this method cannot serve (a mask it cannot honour, causal
+    attention for a method without a causal form)."""
+
+
+class NumberKindError(UsageTypeError):
     """A number of the wrong kind: a float or a bool where an int is expected, a bool for a float.
 
     Example:
@@ -74,7 +116,7 @@ def _integer(owner: str, name: str, value: Any, what: str) -> int:
         return int(value)
     if isinstance(value, (numbers.Real, np.floating)):  # 2.5 or 4.0: a number, not a count
         raise NumberKindError(message(owner, name, what, value))
-    raise TypeError(message(owner, name, what, value))
+    raise UsageTypeError(message(owner, name, what, value))
 
 
 def positive_int(owner: str, name: str, value: Any, *, allow_none: bool = False) -> int | None:
@@ -94,7 +136,7 @@ def positive_int(owner: str, name: str, value: Any, *, allow_none: bool = False)
     what = "a positive int" + (" or None" if allow_none else "")
     number_ = _integer(owner, name, value, what)
     if number_ < 1:
-        raise ValueError(message(owner, name, what, value))
+        raise UsageError(message(owner, name, what, value))
     return number_
 
 
@@ -115,7 +157,7 @@ def nonnegative_int(owner: str, name: str, value: Any, *, allow_none: bool = Fal
     what = "a non-negative int" + (" or None" if allow_none else "")
     number_ = _integer(owner, name, value, what)
     if number_ < 0:
-        raise ValueError(message(owner, name, what, value))
+        raise UsageError(message(owner, name, what, value))
     return number_
 
 
@@ -168,14 +210,14 @@ def number(
             not np.issubdtype(value.dtype, np.complexfloating):
         result = float(value)
     else:
-        raise TypeError(message(owner, name, what, value))
+        raise UsageTypeError(message(owner, name, what, value))
     ok = math.isfinite(result)
     if ok and low is not None:
         ok = result > low if low_open else result >= low
     if ok and high is not None:
         ok = result < high if high_open else result <= high
     if not ok:
-        raise ValueError(message(owner, name, what, value))
+        raise UsageError(message(owner, name, what, value))
     return result
 
 
@@ -204,7 +246,7 @@ def choice(owner: str, name: str, value: Any, allowed: tuple[Any, ...] | list[An
     except (TypeError, ValueError):  # unhashable, or an array: not one of the choices
         ok = False
     if not ok:
-        raise ValueError(message(owner, name, f"one of {allowed}", value))
+        raise UsageError(message(owner, name, f"one of {allowed}", value))
     return value
 
 
@@ -216,5 +258,5 @@ def boolean(owner: str, name: str, value: Any) -> bool:
         True
     """
     if not _is_bool(value):
-        raise TypeError(message(owner, name, "a bool", value))
+        raise UsageTypeError(message(owner, name, "a bool", value))
     return bool(value)
