@@ -32,7 +32,7 @@ Example:
     >>> _checks.positive_int("nystrom_attention()", "num_landmarks", 0)
     Traceback (most recent call last):
     ...
-    ValueError: nystrom_attention(): `num_landmarks` must be a positive int; got 0.
+    spectral_jax.UsageError: nystrom_attention(): `num_landmarks` must be a positive int; got 0.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def number(
         >>> number("config", "train.optimizer.eps", 0.0, low=0.0, low_open=True)
         Traceback (most recent call last):
         ...
-        ValueError: config: `train.optimizer.eps` must be a finite number > 0; got 0.0.
+        spectral_jax.UsageError: config: `train.optimizer.eps` must be a finite number > 0; got 0.0.
     """
     if value is None and allow_none:
         return None
@@ -238,7 +238,7 @@ def choice(owner: str, name: str, value: Any, allowed: tuple[Any, ...] | list[An
         >>> choice("linear_attention()", "feature_map", "tanh", ("elu", "relu"))
         Traceback (most recent call last):
         ...
-        ValueError: linear_attention(): `feature_map` must be one of ('elu', 'relu'); got 'tanh'.
+        spectral_jax.UsageError: linear_attention(): `feature_map` must be one of ('elu', 'relu'); got 'tanh'.
     """
     allowed = tuple(allowed)
     try:
@@ -260,3 +260,8 @@ def boolean(owner: str, name: str, value: Any) -> bool:
     if not _is_bool(value):
         raise UsageTypeError(message(owner, name, "a bool", value))
     return bool(value)
+
+
+# Tracebacks and doctests name them where users import them: ``spectral_jax.UsageError``.
+for _cls in (UsageError, UsageTypeError, UnknownNameError, UnsupportedError, NumberKindError):
+    _cls.__module__ = "spectral_jax"

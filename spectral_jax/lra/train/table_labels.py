@@ -96,7 +96,7 @@ def config_file(task: str) -> pathlib.Path | None:
         'listops.py'
     """
     relative = pathlib.Path("configs", "lra", f"{task}.py")
-    repository = pathlib.Path(__file__).resolve().parents[2]
+    repository = pathlib.Path(__file__).resolve().parents[3]
     for path in (pathlib.Path(os.getcwd()) / relative, repository / relative):
         if path.is_file():
             return path
