@@ -6,7 +6,10 @@ head_dim)`` and plugs into Flax's ``attention_fn``. Pick one by name with
 :func:`get_attention`.
 """
 
-from spectral_jax.attention._clustered import clustered_attention, improved_clustered_attention
+from spectral_jax.attention._clustered import (
+    clustered_attention,
+    improved_clustered_attention,
+)
 from spectral_jax.attention._gated_linear import gated_linear_attention
 from spectral_jax.attention._inducing_points import inducing_points_attention
 from spectral_jax.attention._landmarks import segment_means
@@ -19,7 +22,10 @@ from spectral_jax.attention._memory_compressed import (
     memory_compressed_attention,
 )
 from spectral_jax.attention._nystrom import nystrom_attention
-from spectral_jax.attention._performer import orthogonal_random_features, performer_attention
+from spectral_jax.attention._performer import (
+    orthogonal_random_features,
+    performer_attention,
+)
 from spectral_jax.attention._pinv import iterative_pinv
 from spectral_jax.attention._probsparse import probsparse_attention
 from spectral_jax.attention._registry import (
@@ -33,8 +39,11 @@ from spectral_jax.attention._registry import (
 )
 from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
 from spectral_jax.attention._softmax import reference_attention, softmax_attention
+from spectral_jax.attention._spectral_shift import (
+    spectral_shift_attention,
+    spectral_shift_delta,
+)
 from spectral_jax.attention._state import STATE_KINDS, StateKind
-from spectral_jax.attention._spectral_shift import spectral_shift_attention, spectral_shift_delta
 from spectral_jax.attention._symmetric import symmetric_spectral_shift_attention
 
 __all__ = [

@@ -204,10 +204,10 @@ def clustered_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes, ``bias`` given, ``num_clusters`` not a positive int,
+      spectral_jax.UsageError: bad shapes, ``bias`` given, ``num_clusters`` not a positive int,
         ``iterations`` not a non-negative int, or a mask that is not a padding mask.
-      TypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
-      NotImplementedError: ``is_causal=True``.
+      spectral_jax.UsageTypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
 
     References:
       Vyas, Katharopoulos & Fleuret 2020, "Fast Transformers with Clustered Attention",
@@ -282,9 +282,9 @@ def improved_clustered_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: as :func:`clustered_attention`, and ``topk`` not a positive int.
-      TypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
-      NotImplementedError: ``is_causal=True``.
+      spectral_jax.UsageError: as :func:`clustered_attention`, and ``topk`` not a positive int.
+      spectral_jax.UsageTypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
 
     References:
       Vyas, Katharopoulos & Fleuret 2020, "Fast Transformers with Clustered Attention",

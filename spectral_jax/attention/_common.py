@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spectral_jax import _checks
+from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
 from spectral_jax.attention._padding import (  # noqa: F401 (the methods' shared names)
     as_bool_mask,
     check_mask_shape,
@@ -23,7 +23,6 @@ from spectral_jax.attention._padding import (  # noqa: F401 (the methods' shared
     padding_from_mask,
     seq_lengths_valid,
 )
-
 
 Array = jax.Array
 
@@ -53,7 +52,7 @@ def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool =
     """
     unknown = sorted(set(kwargs) - FLAX_KWARGS)
     if unknown:
-        raise TypeError(
+        raise UsageTypeError(
             f"{method}() got unexpected keyword argument(s) {unknown}; besides its own "
             f"parameters it accepts only Flax's attention_fn keywords {sorted(FLAX_KWARGS)}."
         )
@@ -61,7 +60,7 @@ def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool =
     # A rate traced under jit may be nonzero, so it counts as dropout asked for.
     asked = isinstance(rate, jax.core.Tracer) or (rate is not None and bool(np.any(rate != 0)))
     if not dropout_ok and asked and not kwargs.get("deterministic", False):
-        raise NotImplementedError(
+        raise UnsupportedError(
             f"{method}(): attention-weight dropout is not implemented (no weight matrix is "
             f"formed); got dropout_rate={rate!r} with deterministic="
             f"{kwargs.get('deterministic', False)!r}. Set the caller's dropout_rate to 0 "
@@ -86,37 +85,37 @@ def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:
     """Validates the (batch..., length, heads, head_dim) layout of query, key and value."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not hasattr(x, "ndim") or x.ndim < 3:
-            raise ValueError(
+            raise UsageError(
                 f"{method}(): `{name}` must have shape (batch..., length, heads, head_dim) "
                 f"with at least 3 dims; got shape {getattr(x, 'shape', type(x))}."
             )
         if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise TypeError(f"{method}(): `{name}` must be a floating array; got dtype {x.dtype}.")
+            raise UsageTypeError(f"{method}(): `{name}` must be a floating array; got dtype {x.dtype}.")
     if query.ndim != key.ndim or key.ndim != value.ndim:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): query, key and value must have the same rank; got shapes "
             f"{query.shape}, {key.shape}, {value.shape}."
         )
     if query.shape[:-3] != key.shape[:-3] or key.shape[:-3] != value.shape[:-3]:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): batch dims differ: query {query.shape[:-3]}, key {key.shape[:-3]}, "
             f"value {value.shape[:-3]}."
         )
     if key.shape[-3] != value.shape[-3]:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): key and value lengths differ: {key.shape[-3]} vs {value.shape[-3]}."
         )
     if not (query.shape[-2] == key.shape[-2] == value.shape[-2]):
-        raise ValueError(
+        raise UsageError(
             f"{method}(): number of heads differs: query {query.shape[-2]}, key "
             f"{key.shape[-2]}, value {value.shape[-2]}."
         )
     if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): query and key head_dim differ: {query.shape[-1]} vs {key.shape[-1]}."
         )
     if query.shape[-3] == 0 or key.shape[-3] == 0:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): sequence lengths must be >= 1; got q_len={query.shape[-3]}, "
             f"kv_len={key.shape[-3]}."
         )
@@ -126,7 +125,7 @@ def reject_traced(method: str, name: str, value: Any) -> None:
     """A static (Python-level) parameter traced by ``jax.jit`` gets an error that says how
     to keep it static, rather than a type error about a tracer."""
     if isinstance(value, jax.core.Tracer):
-        raise TypeError(
+        raise UsageTypeError(
             f"{method}(): `{name}` must be a static Python value, but it is traced "
             f"({value!r}): it sets shapes or control flow, so it cannot be a jit argument. "
             f"Bind it before jitting, jax.jit(functools.partial({method}, {name}=...)), or "
@@ -170,7 +169,7 @@ def check_single_key(method: str, name: str, value: Any) -> None:
     ok = isinstance(value, jax.Array) and (
         (typed and value.shape == ()) or (value.dtype == jnp.uint32 and value.shape == (2,)))
     if not ok:
-        raise TypeError(
+        raise UsageTypeError(
             f"{method}(): `{name}` must be one jax.random key (jax.random.key(seed)), not a "
             f"batch of keys or another array; got {type(value).__name__} with shape "
             f"{getattr(value, 'shape', None)} and dtype {getattr(value, 'dtype', None)}."
@@ -184,7 +183,7 @@ def check_choice(method: str, name: str, value: Any, allowed: tuple[Any, ...]) -
 
 def reject_bias(method: str, bias: Array | None) -> None:
     if bias is not None:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `bias` is not supported (an additive bias needs the full n x n "
             "logit matrix that this method avoids); got an array of shape "
             f"{getattr(bias, 'shape', None)}. Use softmax_attention for biased attention."
@@ -193,7 +192,7 @@ def reject_bias(method: str, bias: Array | None) -> None:
 
 def reject_causal(method: str, is_causal: bool) -> None:
     if is_causal:
-        raise NotImplementedError(
+        raise UnsupportedError(
             f"{method}(): `is_causal=True` is not supported: this method mixes all key "
             "positions into shared landmarks or projections, so it has no causal form. "
             f"{causal_methods_hint()}"
@@ -227,7 +226,7 @@ def default_scale(method: str, scale: Any, head_dim: int) -> Any:
     except (TypeError, ValueError):
         value = float("nan")
     if isinstance(scale, bool) or jnp.ndim(scale) != 0 or not value > 0:
-        raise ValueError(f"{method}(): `scale` must be a positive float or None; got {scale!r}.")
+        raise UsageError(f"{method}(): `scale` must be a positive float or None; got {scale!r}.")
     return value
 
 

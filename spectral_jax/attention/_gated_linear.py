@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spectral_jax import UnsupportedError, UsageError, UsageTypeError
 from spectral_jax.attention import _common
 from spectral_jax.attention._linear import FEATURE_MAPS
 
@@ -104,17 +105,17 @@ def _check_gates(method: str, gates: Any, key: Array) -> Array:
     # when that axis is 1 (the registry's pure builder draws (length, 1)).
     if (not hasattr(gates, "shape") or gates.ndim < 2 or gates.shape[-2] != expected[-2]
             or not _broadcasts(tuple(gates.shape), expected)):
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `gates` must have shape (batch..., length, heads) = {expected} "
             f"(batch and heads may be 1); got {getattr(gates, 'shape', type(gates))}."
         )
     if not jnp.issubdtype(gates.dtype, jnp.floating):
-        raise TypeError(f"{method}(): `gates` must be a floating array; got dtype {gates.dtype}.")
+        raise UsageTypeError(f"{method}(): `gates` must be a floating array; got dtype {gates.dtype}.")
     if not isinstance(gates, jax.core.Tracer):
         values = np.asarray(gates, np.float64)
         if values.size and not ((values >= 0) & (values <= 1)).all():
             bad = values[~((values >= 0) & (values <= 1))]
-            raise ValueError(
+            raise UsageError(
                 f"{method}(): `gates` must lie in [0, 1] (e.g. sigmoid outputs); got values "
                 f"such as {bad[:3].tolist()}."
             )
@@ -181,11 +182,11 @@ def gated_linear_attention(
       ``(batch..., n, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes (q_len != kv_len, ``gates`` not ``(batch..., n, heads)``),
+      spectral_jax.UsageError: bad shapes (q_len != kv_len, ``gates`` not ``(batch..., n, heads)``),
         gates outside [0, 1], ``bias`` or ``scale`` given, unknown ``feature_map``,
         non-positive ``chunk_size``, negative ``eps``, a mask that is not a padding mask.
-      NotImplementedError: ``is_causal=False`` (there is no bidirectional form).
-      TypeError: non-float inputs or gates, non-bool mask, unknown keywords.
+      spectral_jax.UnsupportedError: ``is_causal=False`` (there is no bidirectional form).
+      spectral_jax.UsageTypeError: non-float inputs or gates, non-bool mask, unknown keywords.
 
     References:
       Peng et al. 2021, "Random Feature Attention", ICLR, §3.2 (RFA-Gate, the gated recurrence);
@@ -202,7 +203,7 @@ def gated_linear_attention(
     method = "gated_linear_attention"
     _common.check_bool(method, "is_causal", is_causal)
     if not is_causal:
-        raise NotImplementedError(
+        raise UnsupportedError(
             f"{method}(): `is_causal=False` is not supported: the gated recurrence S_t = "
             "g_t S_(t-1) + (1 - g_t) phi(k_t) v_t^T only looks back, so it is causal by "
             "construction. Pass is_causal=True, or use linear_attention for bidirectional "
@@ -213,7 +214,7 @@ def gated_linear_attention(
         # Imported here: the registry imports every method file.
         from spectral_jax.attention._registry import cached_decode_hint
 
-        raise ValueError(
+        raise UsageError(
             f"{method}(): the recurrence needs q_len == kv_len; got {query.shape[-3]} and "
             f"{key.shape[-3]} (a key/value cache, as Flax's decode mode passes, does not hold "
             f"the gated state). {cached_decode_hint()}"
@@ -222,7 +223,7 @@ def gated_linear_attention(
     _common.check_choice(method, "feature_map", feature_map, tuple(FEATURE_MAPS))
     _common.check_positive_int(method, "chunk_size", chunk_size)
     if scale is not None:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
         )
     q_valid, k_valid, mask_ok = _common.padding_from_mask(

@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UsageError, UsageTypeError
 from spectral_jax.attention import _common
 
 Array = jax.Array
@@ -36,18 +37,18 @@ def check_summary_queries(method: str, name: str, summary: Any, query: Array) ->
     """
     batch_shape, heads, head_dim = query.shape[:-3], query.shape[-2], query.shape[-1]
     if not hasattr(summary, "ndim") or summary.ndim not in (3, query.ndim):
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `{name}` must have shape (length, heads, head_dim) or (batch..., "
             f"length, heads, head_dim) = (..., {heads}, {head_dim}); got shape "
             f"{getattr(summary, 'shape', type(summary))}."
         )
     if not jnp.issubdtype(summary.dtype, jnp.floating):
-        raise TypeError(
+        raise UsageTypeError(
             f"{method}(): `{name}` must be a floating array; got dtype {summary.dtype}.")
     if (summary.shape[-2] not in (1, heads) or summary.shape[-1] != head_dim
             or summary.shape[-3] < 1
             or (summary.ndim == query.ndim and summary.shape[:-3] != batch_shape)):
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `{name}` must have shape (length >= 1, {heads} or 1, {head_dim}) or "
             f"({', '.join(map(str, batch_shape))}, length >= 1, {heads} or 1, {head_dim}) to "
             f"match "
@@ -59,7 +60,7 @@ def check_summary_queries(method: str, name: str, summary: Any, query: Array) ->
 def check_value_dim(method: str, query: Array, value: Array) -> None:
     # The summary H = Attn(·, K, V) has V's width and is read back as keys by the queries.
     if value.shape[-1] != query.shape[-1]:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `value` head_dim must equal query's ({query.shape[-1]}): the summary "
             f"Attn(·, K, V) is attended to as keys; got value head_dim {value.shape[-1]}."
         )
@@ -148,10 +149,10 @@ def inducing_points_attention(
       ``(batch..., q_len, heads, head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes (including ``inducing_points`` and a value width other than the
+      spectral_jax.UsageError: bad shapes (including ``inducing_points`` and a value width other than the
         query's), ``bias`` given, a mask that is not a padding mask.
-      NotImplementedError: ``is_causal=True``.
-      TypeError: non-float inputs, non-bool mask, unknown keywords.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UsageTypeError: non-float inputs, non-bool mask, unknown keywords.
 
     References:
       Lee et al. 2019, "Set Transformer: A Framework for Attention-based Permutation-Invariant

@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UsageError
 from spectral_jax.attention import _common
 
 Array = jax.Array
@@ -149,7 +150,7 @@ def linear_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype (float32 sums inside).
 
     Raises:
-      ValueError: bad shapes, ``bias``, ``scale`` given, unknown ``feature_map``, non-positive
+      spectral_jax.UsageError: bad shapes, ``bias``, ``scale`` given, unknown ``feature_map``, non-positive
         ``chunk_size``, causal with q_len > kv_len, non-padding mask.
 
     References:
@@ -168,7 +169,7 @@ def linear_attention(
     _common.check_choice(method, "feature_map", feature_map, tuple(FEATURE_MAPS))
     _common.check_positive_int(method, "chunk_size", chunk_size)
     if scale is not None:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
         )
     check_causal_lengths(method, is_causal, query, key)
@@ -189,7 +190,7 @@ def check_causal_lengths(method: str, is_causal: bool, query: Array, key: Array)
     """Causal queries are end-aligned (query i at key position kv_len − q_len + i, the
     decoding convention), so there must be no more queries than keys."""
     if is_causal and query.shape[-3] > key.shape[-3]:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): is_causal=True places query i at key position kv_len - q_len + i "
             f"(queries end-aligned with the keys, as in decoding), so it needs q_len <= "
             f"kv_len; got q_len={query.shape[-3]} and kv_len={key.shape[-3]}."

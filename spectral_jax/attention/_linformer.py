@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UsageError
 from spectral_jax.attention import _common
 
 Array = jax.Array
@@ -76,9 +77,9 @@ def linformer_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes, ``bias``, missing or mis-shaped projections, or kv_len longer
+      spectral_jax.UsageError: bad shapes, ``bias``, missing or mis-shaped projections, or kv_len longer
         than the projections' max_length.
-      NotImplementedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
 
     References:
       Wang et al. 2020, "Linformer: Self-Attention with Linear Complexity", arXiv:2006.04768,
@@ -99,17 +100,17 @@ def linformer_attention(
         value_projection = key_projection
     for name, p in (("key_projection", key_projection), ("value_projection", value_projection)):
         if p is None or getattr(p, "ndim", 0) not in (2, 3) or (p.ndim == 3 and p.shape[0] != heads):
-            raise ValueError(
+            raise UsageError(
                 f"{method}(): `{name}` must be (proj_len, max_length) or (heads={heads}, "
                 f"proj_len, max_length); got {getattr(p, 'shape', p)!r}."
             )
         if p.shape[-1] < kv_len:
-            raise ValueError(
+            raise UsageError(
                 f"{method}(): the sequence has kv_len={kv_len} tokens but `{name}` covers "
                 f"max_length={p.shape[-1]}; use inputs of at most max_length tokens."
             )
     if key_projection.shape[-2:] != value_projection.shape[-2:]:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): key_projection {key_projection.shape} and value_projection "
             f"{value_projection.shape} differ in (proj_len, max_length)."
         )

@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UsageError
 from spectral_jax.attention import _common
 
 Array = jax.Array
@@ -132,9 +133,9 @@ def local_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes, q_len > kv_len, ``bias`` given, ``window`` not a positive
+      spectral_jax.UsageError: bad shapes, q_len > kv_len, ``bias`` given, ``window`` not a positive
         int, or a mask that is not a padding mask.
-      TypeError: non-float inputs, non-bool ``is_causal``, unknown keywords.
+      spectral_jax.UsageTypeError: non-float inputs, non-bool ``is_causal``, unknown keywords.
 
     References:
       Local attention as in Parmar et al. 2018, "Image Transformer", ICML, §3.2 and
@@ -153,7 +154,7 @@ def local_attention(
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
     _common.check_positive_int(method, "window", window)
     if query.shape[-3] > key.shape[-3]:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): the queries are end-aligned with the last valid key (query i at "
             f"position p - (q_len - 1 - i)), so q_len must be <= kv_len; got "
             f"q_len={query.shape[-3]} and kv_len={key.shape[-3]}."

@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 
+from spectral_jax import UnsupportedError
 from spectral_jax.attention import _common
 from spectral_jax.attention._inducing_points import (
     check_summary_queries,
@@ -23,7 +24,7 @@ def _prepare(
     key_value_seq_lengths: Array | None, head_chunk_size: Any, flax_kwargs: dict[str, Any],
 ) -> tuple[Array, Any, Array, Array]:
     if is_causal is True:
-        raise NotImplementedError(
+        raise UnsupportedError(
             f"{method}(): `is_causal=True` is not implemented: the packed sequence P' mixes "
             "every key position (Luna's causal form needs a separate per-position pack). "
             f"{_common.causal_methods_hint()}"
@@ -144,10 +145,10 @@ def luna_attention(
       ``(Y, P')`` with P' ``(batch..., l, heads, head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes (including ``packed_query`` and a value width other than the
+      spectral_jax.UsageError: bad shapes (including ``packed_query`` and a value width other than the
         query's), ``bias`` given, a mask that is not a padding mask.
-      NotImplementedError: ``is_causal=True``.
-      TypeError: non-float inputs, non-bool mask or ``return_packed``, unknown keywords.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UsageTypeError: non-float inputs, non-bool mask or ``return_packed``, unknown keywords.
 
     References:
       Ma et al. 2021, "Luna: Linear Unified Nested Attention", NeurIPS, §3 (pack and unpack

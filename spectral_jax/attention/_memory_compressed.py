@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UsageError, UsageTypeError
 from spectral_jax.attention import _common
 
 Array = jax.Array
@@ -90,7 +91,7 @@ def _check_causal_lengths(method: str, is_causal: bool, query: Array, key: Array
         # Imported here: the registry imports every method file.
         from spectral_jax.attention._registry import cached_decode_hint
 
-        raise ValueError(
+        raise UsageError(
             f"{method}(): is_causal=True needs q_len == kv_len; got q_len={query.shape[-3]} "
             f"and kv_len={key.shape[-3]}. A query against a key/value cache (e.g. Flax's "
             "MultiHeadAttention(decode=True)) would see the newest memory slot incomplete, "
@@ -106,13 +107,13 @@ def _check_conv(method: str, name: str, conv: Any, heads: int, dim: int) -> Arra
         or (len(shape) == 4 and shape[0] == heads and shape[2:] == (dim, dim))
     ) and shape[-3] >= 1
     if not ok:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `{name}` must be the convolution weights, shape (kernel, {dim}, "
             f"{dim}) shared by the heads or ({heads}, kernel, {dim}, {dim}) per head; got "
             f"{shape if shape is not None else conv!r}."
         )
     if not jnp.issubdtype(conv.dtype, jnp.floating):
-        raise TypeError(f"{method}(): `{name}` must be a float array; got dtype {conv.dtype}.")
+        raise UsageTypeError(f"{method}(): `{name}` must be a float array; got dtype {conv.dtype}.")
     return conv
 
 
@@ -175,11 +176,11 @@ def memory_compressed_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes, ``bias`` given, missing or mis-shaped ``key_conv`` /
+      spectral_jax.UsageError: bad shapes, ``bias`` given, missing or mis-shaped ``key_conv`` /
         ``value_conv``, kernels that differ, ``stride`` not a positive int, causal with
         q_len != kv_len (also one decoding query against a cache: the newest slot would be
         incomplete), or a mask that is not a padding mask.
-      TypeError: non-float inputs or weights, unknown keywords.
+      spectral_jax.UsageTypeError: non-float inputs or weights, unknown keywords.
 
     References:
       Liu et al. 2018, "Generating Wikipedia by Summarizing Long Sequences", ICLR, §4.2.3
@@ -201,7 +202,7 @@ def memory_compressed_attention(
     value_conv = _check_conv(method, "value_conv", value_conv, heads, value.shape[-1])
     kernel = key_conv.shape[-3]
     if value_conv.shape[-3] != kernel:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `key_conv` and `value_conv` must share the kernel size; got "
             f"{kernel} and {value_conv.shape[-3]}."
         )

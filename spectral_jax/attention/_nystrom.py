@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spectral_jax import UsageError
 from spectral_jax.attention import _common, _softmax
 from spectral_jax.attention._landmarks import segment_means
 from spectral_jax.attention._pinv import PINV_INITS, iterative_pinv, pinv_norm
@@ -54,7 +55,7 @@ def check_landmark_args(
         or not isinstance(pinv_iterations, (int, np.integer))
         or pinv_iterations < 0
     ):
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `pinv_iterations` must be a non-negative int, or None for an exact "
             f"pseudo-inverse; got {pinv_iterations!r}."
         )
@@ -181,10 +182,10 @@ def nystrom_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes, ``bias`` given, non-positive ``num_landmarks``, a bad
+      spectral_jax.UsageError: bad shapes, ``bias`` given, non-positive ``num_landmarks``, a bad
         ``pinv_iterations``/``pinv_init``, or a mask that is not a padding mask.
-      NotImplementedError: ``is_causal=True``.
-      TypeError: non-float inputs, non-bool mask, unknown keywords.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UsageTypeError: non-float inputs, non-bool mask, unknown keywords.
 
     References:
       Xiong et al. 2021, "Nyströmformer: A Nyström-based Algorithm for Approximating

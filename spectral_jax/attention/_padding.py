@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
+from spectral_jax import UsageError, UsageTypeError
 
 Array = jax.Array
 
@@ -121,17 +122,17 @@ def seq_lengths_valid(
     """``arange(length) < lengths`` as bool ``(batch..., length)``, or None for no lengths.
 
     Raises:
-      TypeError: non-integer lengths.
-      ValueError: a shape other than the batch shape, or (when concrete) a value outside
+      spectral_jax.UsageTypeError: non-integer lengths.
+      spectral_jax.UsageError: a shape other than the batch shape, or (when concrete) a value outside
         ``[0, length]``.
     """
     if lengths is None:
         return None
     lengths = jnp.asarray(lengths)
     if not jnp.issubdtype(lengths.dtype, jnp.integer):
-        raise TypeError(f"{method}(): `{name}` must be an integer array; got dtype {lengths.dtype}.")
+        raise UsageTypeError(f"{method}(): `{name}` must be an integer array; got dtype {lengths.dtype}.")
     if lengths.shape != batch_shape:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `{name}` must have the batch shape {batch_shape} (one length per "
             f"example); got shape {lengths.shape}."
         )
@@ -141,7 +142,7 @@ def seq_lengths_valid(
         values = np.asarray(lengths)
         low, high = int(values.min()), int(values.max())
         if low < 0 or high > length:
-            raise ValueError(
+            raise UsageError(
                 f"{method}(): `{name}` must lie in [0, {length}] (the sequence length); got "
                 f"values from {low} to {high}."
             )
@@ -157,14 +158,14 @@ _NOT_PADDING = (
 
 def _raise_if_not_padding(method: str, is_padding: Any) -> None:
     if not bool(is_padding):
-        raise ValueError(_NOT_PADDING.format(method=method))
+        raise UsageError(_NOT_PADDING.format(method=method))
 
 
 def check_mask_shape(
     method: str, mask: Array, full: tuple[int, ...], name: str = "mask"
 ) -> None:
     if mask.ndim > len(full) or any(m not in (1, f) for m, f in zip(mask.shape[::-1], full[::-1])):
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `{name}` of shape {mask.shape} does not broadcast to "
             f"(batch..., heads, q_len, kv_len) = {full}."
         )
@@ -174,7 +175,7 @@ def as_bool_mask(method: str, mask: Any) -> Array:
     """A boolean mask, True = attend; numeric masks (Flax's default float 1/0) are nonzero."""
     dtype = mask.dtype if hasattr(mask, "dtype") else np.asarray(mask).dtype
     if np.dtype(dtype).kind not in "biuf" and dtype != jnp.bfloat16:
-        raise TypeError(
+        raise UsageTypeError(
             f"{method}(): `mask` must be boolean or numeric (nonzero = attend); got dtype "
             f"{dtype}."
         )
@@ -182,7 +183,7 @@ def as_bool_mask(method: str, mask: Any) -> Array:
     if mask.dtype == jnp.bool_:
         return mask
     if not (jnp.issubdtype(mask.dtype, jnp.integer) or jnp.issubdtype(mask.dtype, jnp.floating)):
-        raise TypeError(
+        raise UsageTypeError(
             f"{method}(): `mask` must be boolean or numeric (nonzero = attend); got {mask.dtype}."
         )
     return mask != 0

@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UsageError, UsageTypeError
 from spectral_jax.attention import _common
 from spectral_jax.attention._linear import (
     check_causal_lengths,
@@ -42,7 +43,7 @@ def orthogonal_random_features(
       ``(num_features, head_dim)`` array of ``dtype``.
 
     Raises:
-      ValueError: non-positive sizes or unknown ``scaling``.
+      spectral_jax.UsageError: non-positive sizes or unknown ``scaling``.
 
     References:
       Choromanski et al. 2021, "Rethinking Attention with Performers", ICLR, §2.4 (ORF);
@@ -60,7 +61,7 @@ def orthogonal_random_features(
     _common.check_positive_int(method, "head_dim", head_dim)
     _common.check_choice(method, "scaling", scaling, ("chi", "sqrt_d"))
     if not jnp.issubdtype(dtype, jnp.floating):
-        raise TypeError(f"{method}(): `dtype` must be a float dtype; got {dtype!r}.")
+        raise UsageTypeError(f"{method}(): `dtype` must be a float dtype; got {dtype!r}.")
     num_blocks = math.ceil(num_features / head_dim)
     block_rng, norm_rng = jax.random.split(rng)
     gaussian = jax.random.normal(block_rng, (num_blocks, head_dim, head_dim), jnp.float32)
@@ -184,7 +185,7 @@ def performer_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes, ``bias``, missing projection or one whose last dim is not
+      spectral_jax.UsageError: bad shapes, ``bias``, missing projection or one whose last dim is not
         head_dim, causal with q_len > kv_len, non-padding mask.
 
     References:
@@ -203,12 +204,12 @@ def performer_attention(
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
     _common.check_positive_int(method, "chunk_size", chunk_size)
     if projection is None or getattr(projection, "ndim", 0) != 2:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `projection` must be a (num_features, head_dim) array, e.g. from "
             f"orthogonal_random_features(rng, 256, head_dim); got {getattr(projection, 'shape', projection)!r}."
         )
     if projection.shape[-1] != query.shape[-1]:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `projection` has {projection.shape[-1]} columns but head_dim is "
             f"{query.shape[-1]}; it must be (num_features, head_dim)."
         )

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spectral_jax import UsageError
 from spectral_jax.attention import _common
 
 Array = jax.Array
@@ -42,7 +43,7 @@ def iterative_pinv(
       float ``(..., m, m)``, same dtype as ``matrix``.
 
     Raises:
-      ValueError: for a non-square matrix, negative iterations or an unknown ``init``.
+      spectral_jax.UsageError: for a non-square matrix, negative iterations or an unknown ``init``.
 
     References:
       Razavi et al. 2014, "A new iterative method for finding approximate inverses of complete
@@ -57,7 +58,7 @@ def iterative_pinv(
     """
     method = "iterative_pinv"
     if matrix.ndim < 2 or matrix.shape[-2] != matrix.shape[-1]:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `matrix` must be square (..., m, m); got shape {matrix.shape}.")
     _common.check_choice(method, "init", init, PINV_INITS)
     _common.reject_traced(method, "num_iterations", num_iterations)
@@ -65,7 +66,7 @@ def iterative_pinv(
         return jnp.linalg.pinv(matrix, hermitian=False)
     if (isinstance(num_iterations, bool) or not isinstance(num_iterations, (int, np.integer))
             or num_iterations < 0):
-        raise ValueError(
+        raise UsageError(
             f"{method}(): `num_iterations` must be a non-negative int or None; got {num_iterations!r}."
         )
     if norm is None:

@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UnsupportedError
 from spectral_jax.attention import _common
 from spectral_jax.attention._landmarks import _position_of_rank
 
@@ -139,10 +140,10 @@ def probsparse_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes, ``bias`` given, ``factor`` not a positive int, or a mask that
+      spectral_jax.UsageError: bad shapes, ``bias`` given, ``factor`` not a positive int, or a mask that
         is not a padding mask.
-      TypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
-      NotImplementedError: ``is_causal=True``.
+      spectral_jax.UsageTypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
 
     References:
       Zhou et al. 2021, "Informer: Beyond Efficient Transformer for Long Sequence
@@ -162,7 +163,7 @@ def probsparse_attention(
     _common.reject_bias(method, bias)
     _common.check_bool(method, "is_causal", is_causal)
     if is_causal:
-        raise NotImplementedError(
+        raise UnsupportedError(
             f"{method}(): `is_causal=True` is not supported: ProbSparse picks the top-u "
             "queries of the whole sequence, so an earlier query's output depends on later "
             f"tokens. {_common.causal_methods_hint()}"

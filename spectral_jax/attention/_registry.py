@@ -7,14 +7,18 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Literal
 
-from spectral_jax.attention._clustered import clustered_attention, improved_clustered_attention
+from spectral_jax import UnknownNameError, UsageError
+from spectral_jax.attention._clustered import (
+    clustered_attention,
+    improved_clustered_attention,
+)
 from spectral_jax.attention._gated_linear import gated_linear_attention
 from spectral_jax.attention._inducing_points import inducing_points_attention
 from spectral_jax.attention._linear import linear_attention
-from spectral_jax.attention._local import local_attention
-from spectral_jax.attention._memory_compressed import memory_compressed_attention
 from spectral_jax.attention._linformer import linformer_attention
+from spectral_jax.attention._local import local_attention
 from spectral_jax.attention._luna import luna_attention
+from spectral_jax.attention._memory_compressed import memory_compressed_attention
 from spectral_jax.attention._nystrom import nystrom_attention
 from spectral_jax.attention._performer import performer_attention
 from spectral_jax.attention._probsparse import probsparse_attention
@@ -92,7 +96,7 @@ class AttentionSpec:
         """The one default of a recorded parameter: ``fn``'s signature, else the state kind's.
 
         Raises:
-          KeyError: the parameter has a default in neither.
+          spectral_jax.UnknownNameError: the parameter has a default in neither.
         """
         param = inspect.signature(self.fn).parameters.get(parameter)
         if param is not None and param.default is not inspect.Parameter.empty:
@@ -100,7 +104,7 @@ class AttentionSpec:
         kind = self.state_kind
         if kind is not None and parameter in kind.options:
             return kind.options[parameter]
-        raise KeyError(f"{self.name}: parameter {parameter!r} has no default in "
+        raise UnknownNameError(f"{self.name}: parameter {parameter!r} has no default in "
                        f"{self.fn.__name__} nor in state {self.state!r}.")
 
     def config_defaults(self) -> dict[str, Any]:
@@ -313,7 +317,7 @@ def get_attention_spec(name: str) -> AttentionSpec:
     """The :class:`AttentionSpec` registered under ``name``.
 
     Raises:
-      ValueError: unknown name; the message lists the known ones.
+      spectral_jax.UsageError: unknown name; the message lists the known ones.
 
     Example:
       >>> from spectral_jax.attention import get_attention_spec
@@ -321,7 +325,7 @@ def get_attention_spec(name: str) -> AttentionSpec:
       True
     """
     if not isinstance(name, str) or name not in ATTENTIONS:
-        raise ValueError(
+        raise UsageError(
             f"Unknown attention {name!r}; known attentions: {', '.join(ATTENTIONS)}."
         )
     return ATTENTIONS[name]
@@ -337,7 +341,7 @@ def get_attention(name: str) -> Callable[..., object]:
       The pure function, with the ``jax.nn.dot_product_attention`` call shape.
 
     Raises:
-      ValueError: unknown name; the message lists the known ones.
+      spectral_jax.UsageError: unknown name; the message lists the known ones.
 
     Example:
       >>> import jax.numpy as jnp

@@ -76,8 +76,8 @@ def kernelized_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes, ``bias`` given, a non-padding mask.
-      NotImplementedError: ``is_causal=True``.
+      spectral_jax.UsageError: bad shapes, ``bias`` given, a non-padding mask.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
 
     References:
       Chen et al. 2021, "Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström
@@ -198,10 +198,10 @@ def skyformer_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes, ``bias``, ``num_landmarks`` < 1, ``ridge`` < 0, bad
+      spectral_jax.UsageError: bad shapes, ``bias``, ``num_landmarks`` < 1, ``ridge`` < 0, bad
         ``pinv_iterations``, non-padding mask.
-      TypeError: ``rng`` that is not a PRNG key array.
-      NotImplementedError: ``is_causal=True``.
+      spectral_jax.UsageTypeError: ``rng`` that is not a PRNG key array.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
 
     References:
       Chen et al. 2021, "Skyformer", NeurIPS, §4.2 eq. (4)-(6) and Lemma 3; code

@@ -7,6 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UsageError
 from spectral_jax.attention import _common
 
 Array = jax.Array
@@ -30,20 +31,20 @@ def _dropout_rate(method: str, flax_kwargs: dict[str, Any]) -> Any:
         return None
     if isinstance(rate, jax.core.Tracer):
         if jnp.ndim(rate) != 0 or not jnp.issubdtype(rate.dtype, jnp.floating):
-            raise ValueError(
+            raise UsageError(
                 f"{method}(): `dropout_rate` must be a float scalar; got a traced array of "
                 f"shape {jnp.shape(rate)} and dtype {rate.dtype}.")
     else:
         rate = float(_common.check_nonnegative_float(method, "dropout_rate", rate))
         if rate >= 1.0:
-            raise ValueError(f"{method}(): `dropout_rate` must be in [0, 1); got {rate!r}.")
+            raise UsageError(f"{method}(): `dropout_rate` must be in [0, 1); got {rate!r}.")
         if rate == 0.0:
             return None
     if flax_kwargs.get("deterministic", False):
         return None
     rng = flax_kwargs.get("dropout_rng")
     if rng is None:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): dropout_rate={rate} with deterministic=False needs `dropout_rng` "
             "(a jax.random key); got None."
         )
@@ -109,9 +110,9 @@ def softmax_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype. Softmax runs in float32.
 
     Raises:
-      ValueError: mismatched shapes, a non-positive scale, a mask that does not broadcast,
+      spectral_jax.UsageError: mismatched shapes, a non-positive scale, a mask that does not broadcast,
         or dropout without ``dropout_rng`` or with a rate outside [0, 1).
-      TypeError: non-float inputs, a non-boolean mask or an unknown keyword.
+      spectral_jax.UsageTypeError: non-float inputs, a non-boolean mask or an unknown keyword.
 
     References:
       Vaswani et al. 2017, "Attention is all you need", eq. (1).

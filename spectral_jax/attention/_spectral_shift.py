@@ -8,9 +8,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UsageError
 from spectral_jax.attention import _common, _softmax
 from spectral_jax.attention._landmarks import (
     _position_of_rank as rank_positions,
+)
+from spectral_jax.attention._landmarks import (
     evenly_spaced_positions,
     segment_means,
 )
@@ -178,7 +181,7 @@ def _check_shift_args(
     _common.check_choice(method, "shift", shift, SHIFTS)
     _common.check_positive_int(method, "num_delta_rows", num_delta_rows, allow_none=True)
     if query.shape[-3] != key.shape[-3]:
-        raise ValueError(
+        raise UsageError(
             f"{method}(): spectral shifting adds δ·I, so it needs self-attention shapes with "
             f"q_len == kv_len; got q_len={query.shape[-3]}, kv_len={key.shape[-3]}. Use "
             "nystrom_attention for cross-attention."
@@ -268,11 +271,11 @@ def spectral_shift_attention(
       ``(batch..., n, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: bad shapes (including q_len != kv_len), ``bias`` given, bad
+      spectral_jax.UsageError: bad shapes (including q_len != kv_len), ``bias`` given, bad
         ``num_landmarks``/``pinv_iterations``/``pinv_init``/``shift``, a non-positive
         ``num_delta_rows``, non-padding mask.
-      NotImplementedError: ``is_causal=True``.
-      TypeError: non-float inputs, non-bool mask, unknown keywords.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UsageTypeError: non-float inputs, non-bool mask, unknown keywords.
 
     References:
       Verma 2021, "Beyond Nyströmformer – Approximation of self-attention by spectral

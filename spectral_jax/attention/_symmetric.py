@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UsageError
 from spectral_jax.attention import _common
 from spectral_jax.attention._landmarks import segment_means
 from spectral_jax.attention._nystrom import check_landmark_args
@@ -179,10 +180,10 @@ def symmetric_spectral_shift_attention(
       ``(batch..., n, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      ValueError: ``key`` that is not ``query`` (checked by identity, or by value when both
+      spectral_jax.UsageError: ``key`` that is not ``query`` (checked by identity, or by value when both
         are concrete), bad shapes, ``bias``, unknown ``kernel`` or ``shift``, bad
         ``num_landmarks``.
-      NotImplementedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``.
 
     References:
       Wang, Zhang, Qian & Zhang 2014, "Improving the modified Nyström method using spectral
@@ -206,7 +207,7 @@ def symmetric_spectral_shift_attention(
         isinstance(key, jax.core.Tracer) or isinstance(query, jax.core.Tracer)
         or not bool(jnp.array_equal(key, query))
     ):
-        raise ValueError(
+        raise UsageError(
             f"{method}(): symmetric attention needs key == query (an SPSD kernel K(X, X)); "
             "pass the same array for both, or key=None. Use spectral_shift_attention for "
             "general keys."

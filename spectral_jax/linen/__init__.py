@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
 
+from spectral_jax import UsageError
 from spectral_jax import nn as _nnx_models
 from spectral_jax.attention import get_attention_spec
 from spectral_jax.nn._checks import normalise_attention_kwargs
@@ -55,7 +56,7 @@ def _require_rngs(module: nn.Module, deterministic: bool | None, dropout: bool,
     if samples and not (module.has_rng("landmarks") or module.has_rng("dropout")):
         missing.append("'landmarks' (or 'dropout')")
     if missing:
-        raise ValueError(
+        raise UsageError(
             f"{type(module).__name__}: deterministic=False needs the rng stream(s) "
             f"{', '.join(missing)}; pass apply(..., rngs={{'dropout': key}}). Without them "
             "every call would reuse one fixed key."
@@ -157,7 +158,7 @@ class MultiHeadAttention(nn.Module):
         kernel_init: initializer of the projection kernels.
 
     Raises:
-        TypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)`` pairs.
+        spectral_jax.UsageTypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)`` pairs.
         As the NNX module otherwise (at ``init``/``apply``).
 
     Example:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import jax
 
+from spectral_jax import UnsupportedError
+
 
 def peak_bytes(compiled: jax.stages.Compiled) -> int:
     """Peak device memory of a compiled function from XLA's buffer assignment.
@@ -22,7 +24,7 @@ def peak_bytes(compiled: jax.stages.Compiled) -> int:
       Bytes, an int.
 
     Raises:
-      NotImplementedError: the backend gives no memory analysis.
+      spectral_jax.UnsupportedError: the backend gives no memory analysis.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -33,7 +35,7 @@ def peak_bytes(compiled: jax.stages.Compiled) -> int:
     """
     stats = compiled.memory_analysis()
     if stats is None:
-        raise NotImplementedError(
+        raise UnsupportedError(
             f"memory_analysis() is not available on backend {jax.default_backend()!r}."
         )
     total = (stats.argument_size_in_bytes + stats.output_size_in_bytes

@@ -9,11 +9,19 @@ are the Long Range Arena models, configured by a frozen :class:`TransformerConfi
 """
 
 from spectral_jax.nn._attention import MultiHeadAttention, redraw_features
-from spectral_jax.nn._classifier import DualEncoderClassifier, SequenceClassifier, masked_mean
+from spectral_jax.nn._classifier import (
+    DualEncoderClassifier,
+    SequenceClassifier,
+    masked_mean,
+)
 from spectral_jax.nn._config import TransformerConfig
 from spectral_jax.nn._embedding import TokenEmbedding, sinusoidal_positions
 from spectral_jax.nn._encoder import EncoderBlock, TransformerEncoder
-from spectral_jax.nn._learned_state import GateState, InducingPointState, PackedSequenceState
+from spectral_jax.nn._learned_state import (
+    GateState,
+    InducingPointState,
+    PackedSequenceState,
+)
 from spectral_jax.nn._memory_conv import MemoryConvState
 from spectral_jax.nn._state import (
     STATE_MODULES,

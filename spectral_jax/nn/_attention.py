@@ -9,17 +9,18 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spectral_jax import UsageError
 from spectral_jax import attention as _attention
 from spectral_jax.attention._common import as_bool_mask
-from spectral_jax.nn._checks import check_hashable, normalise_attention_kwargs
-from spectral_jax.nn._rngs import stream as _stream
 from spectral_jax.nn._attention_kwargs import (  # noqa: F401 (imported from here too)
-    allowed_attention_kwargs,
     _check_layer,
+    allowed_attention_kwargs,
     module_options,
     split_attention_kwargs,
     uses_rng,
 )
+from spectral_jax.nn._checks import check_hashable, normalise_attention_kwargs
+from spectral_jax.nn._rngs import stream as _stream
 from spectral_jax.nn._state import STATE_MODULES, ConvSkip, RandomFeatureState
 from spectral_jax.nn._symmetric import PairwiseScores, check_symmetric
 
@@ -79,13 +80,13 @@ class MultiHeadAttention(nnx.Module):
           projection, ``"dropout"`` and ``"landmarks"`` for training-time randomness.
 
     Raises:
-        ValueError: unknown attention name (the message lists the known ones); ``num_heads``
+        spectral_jax.UsageError: unknown attention name (the message lists the known ones); ``num_heads``
           not dividing ``qkv_features``; an unknown key in ``attention_kwargs`` or a module
           option the method does not take; a bad option value; ``dropout_rate`` > 0 for a
           method without attention weights; ``sharing="layerwise"`` without ``shared_state``.
-        TypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)`` pairs, or
+        spectral_jax.UsageTypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)`` pairs, or
           holding an unhashable value.
-        NotImplementedError: ``is_causal=True`` for a method without a causal form;
+        spectral_jax.UnsupportedError: ``is_causal=True`` for a method without a causal form;
           ``is_causal=False`` for a causal-only method (``gated_linear``).
 
     Example:
@@ -170,7 +171,7 @@ class MultiHeadAttention(nnx.Module):
             rng: a JAX PRNG key.
 
         Raises:
-            ValueError: the module's method has no random features.
+            spectral_jax.UsageError: the module's method has no random features.
 
         Example:
             >>> import jax
@@ -185,7 +186,7 @@ class MultiHeadAttention(nnx.Module):
         if not isinstance(self.state, RandomFeatureState):
             users = [n for n in _attention.available_attentions()
                      if _attention.get_attention_spec(n).state == "random_features"]
-            raise ValueError(
+            raise UsageError(
                 f"redraw() needs attention with random features ({users}), got "
                 f"attention={self.attention!r}."
             )
@@ -221,14 +222,14 @@ class MultiHeadAttention(nnx.Module):
             ``return_carry``, ``(output, next_carry)``.
 
         Raises:
-            ValueError: ``deterministic`` given nowhere for a random layer; feature size or mask
+            spectral_jax.UsageError: ``deterministic`` given nowhere for a random layer; feature size or mask
               shape mismatch; a Linformer ``kv_len`` above ``max_length``; the conv skip with
               ``q_len != kv_len``; ``carry`` for a method without one, or of the wrong shape.
         """
         if deterministic is None:
             deterministic = self.deterministic
         if deterministic is None and self.uses_rng:
-            raise ValueError(
+            raise UsageError(
                 f"deterministic must be given to MultiHeadAttention (call or constructor) for "
                 f"attention={self.attention!r} with dropout_rate={self.dropout_rate}: it is "
                 "random in training (deterministic=False) and not in evaluation (True); got "
@@ -250,7 +251,7 @@ class MultiHeadAttention(nnx.Module):
 
         spec = _attention.get_attention_spec(self.attention)
         if carry is not None and spec.carry is None:
-            raise ValueError(
+            raise UsageError(
                 f"carry is the state a layer hands to the next (Luna's P); "
                 f"attention={self.attention!r} has none, got an array of shape {carry.shape}."
             )
@@ -283,7 +284,7 @@ class MultiHeadAttention(nnx.Module):
         """Raises unless ``inputs`` is ``(batch..., length, in_features)``."""
         shape = jnp.shape(inputs)
         if len(shape) < 2 or shape[-1] != self.in_features:
-            raise ValueError(
+            raise UsageError(
                 f"MultiHeadAttention: `{name}` must be (batch..., length, in_features) with "
                 f"in_features={self.in_features} on its last axis; got shape {shape}"
                 + (f" (last axis {shape[-1]})." if shape else ".")

@@ -9,11 +9,11 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from spectral_jax import UnsupportedError, UsageError
 from spectral_jax import attention as _attention
 from spectral_jax.attention._common import FLAX_KWARGS
 from spectral_jax.nn._checks import check_positive_int
 from spectral_jax.nn._state import STATE_MODULES
-
 
 # Arrays that describe one call's inputs; a module takes them through `mask` instead.
 _PER_CALL = frozenset({"query_seq_lengths", "key_value_seq_lengths"})
@@ -71,7 +71,7 @@ def split_attention_kwargs(
         at its default where not given.
 
     Raises:
-        ValueError: a per-call array, a module option of another method or an unknown key.
+        spectral_jax.UsageError: a per-call array, a module option of another method or an unknown key.
     """
     kwargs = dict(attention_kwargs or {})
     own = module_options(attention)
@@ -80,19 +80,19 @@ def split_attention_kwargs(
     for name in given:
         if name not in own:
             users = [n for n in _attention.available_attentions() if name in module_options(n)]
-            raise ValueError(
+            raise UsageError(
                 f"attention_kwargs[{name!r}] applies to attention in {users}, "
                 f"got attention={attention!r}."
             )
     allowed = allowed_attention_kwargs(attention)
     for name in kwargs:
         if name in _PER_CALL:
-            raise ValueError(
+            raise UsageError(
                 f"attention_kwargs[{name!r}] is per-call data, not a module option; pass "
                 "the padding to __call__ as `mask` (e.g. nnx.make_attention_mask)."
             )
         if name not in allowed:
-            raise ValueError(
+            raise UsageError(
                 f"attention_kwargs has unknown key {name!r} for attention={attention!r}; "
                 f"allowed: {sorted(allowed)}."
             )
@@ -122,26 +122,26 @@ def _check_layer(spec: _attention.AttentionSpec, num_heads: int, in_features: in
                         ("qkv_features", qkv_features), ("out_features", out_features)):
         check_positive_int(name, value)
     if qkv_features % num_heads:
-        raise ValueError(
+        raise UsageError(
             f"num_heads must divide qkv_features={qkv_features}, got num_heads={num_heads}."
         )
     if not 0.0 <= dropout_rate < 1.0:
-        raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate!r}.")
+        raise UsageError(f"dropout_rate must be in [0, 1), got {dropout_rate!r}.")
     names = _attention.available_attentions()
     if dropout_rate > 0.0 and not spec.weight_dropout:
         droppable = [n for n in names if _attention.get_attention_spec(n).weight_dropout]
-        raise ValueError(
+        raise UsageError(
             f"dropout_rate={dropout_rate} drops attention weights, which only attention in "
             f"{droppable} forms; got attention={spec.name!r}. Use dropout_rate=0."
         )
     if is_causal and not spec.supports_causal:
         causal = [n for n in names if _attention.get_attention_spec(n).supports_causal]
-        raise NotImplementedError(
+        raise UnsupportedError(
             f"attention={spec.name!r} has no causal form (is_causal=True); methods with "
             f"one: {causal}."
         )
     if spec.causal_only and not is_causal:
-        raise NotImplementedError(
+        raise UnsupportedError(
             f"attention={spec.name!r} is causal only (a recurrence over positions): pass "
             "is_causal=True (TransformerConfig.is_causal / config model.is_causal)."
         )

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spectral_jax import UsageError, UsageTypeError
 from spectral_jax.nn._attention import uses_rng
 from spectral_jax.nn._config import TransformerConfig
 from spectral_jax.nn._encoder import TransformerEncoder
@@ -40,7 +41,7 @@ def masked_mean(x: Array, mask: Array) -> Array:
 
 def _check_config(config: TransformerConfig) -> None:
     if not isinstance(config, TransformerConfig):
-        raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}.")
+        raise UsageTypeError(f"config must be a TransformerConfig, got {type(config).__name__}.")
     # Its choices (pooling, interaction, ...) were checked when it was constructed.
 
 
@@ -60,7 +61,7 @@ def _call_defaults(config: TransformerConfig, inputs: Array, mask: Array | None,
     if deterministic is None:
         if config.dropout_rate > 0.0 or uses_rng(config.attention,
                                                   config.attention_dropout_rate):
-            raise ValueError(
+            raise UsageError(
                 f"deterministic must be given: the model is random in training (dropout_rate="
                 f"{config.dropout_rate}, attention={config.attention!r}); pass "
                 "deterministic=False to train, True to evaluate."
@@ -91,9 +92,9 @@ class SequenceClassifier(nnx.Module):
           ``"features"`` (Performer).
 
     Raises:
-        TypeError: ``config`` is not a :class:`TransformerConfig`.
-        ValueError: unknown pooling, positional or attention name; bad attention options.
-        NotImplementedError: see :class:`MultiHeadAttention`.
+        spectral_jax.UsageTypeError: ``config`` is not a :class:`TransformerConfig`.
+        spectral_jax.UsageError: unknown pooling, positional or attention name; bad attention options.
+        spectral_jax.UnsupportedError: see :class:`MultiHeadAttention`.
 
     Example:
         >>> import jax.numpy as jnp
@@ -137,8 +138,8 @@ class SequenceClassifier(nnx.Module):
             float32 logits ``(batch, num_classes)``.
 
         Raises:
-            TypeError: non-integer ``inputs`` or non-bool ``mask``.
-            ValueError: mismatched shapes or ``length > config.max_length``; ``deterministic``
+            spectral_jax.UsageTypeError: non-integer ``inputs`` or non-bool ``mask``.
+            spectral_jax.UsageError: mismatched shapes or ``length > config.max_length``; ``deterministic``
               left out for a random model.
         """
         mask, deterministic = _call_defaults(self.config, inputs, mask, deterministic)
@@ -190,9 +191,9 @@ class DualEncoderClassifier(nnx.Module):
         Args and errors as for ``__call__``.
         """
         if inputs.ndim != 3 or inputs.shape[1] != 2:
-            raise ValueError(f"inputs must be (batch, 2, length), got shape {inputs.shape}.")
+            raise UsageError(f"inputs must be (batch, 2, length), got shape {inputs.shape}.")
         if mask.shape != inputs.shape:
-            raise ValueError(
+            raise UsageError(
                 f"mask must have the shape of inputs {inputs.shape}, got {mask.shape}."
             )
         batch, _, length = inputs.shape
@@ -216,8 +217,8 @@ class DualEncoderClassifier(nnx.Module):
             float32 logits ``(batch, num_classes)``.
 
         Raises:
-            TypeError: non-integer ``inputs`` or non-bool ``mask``.
-            ValueError: shapes other than ``(batch, 2, length)``; ``length > max_length``;
+            spectral_jax.UsageTypeError: non-integer ``inputs`` or non-bool ``mask``.
+            spectral_jax.UsageError: shapes other than ``(batch, 2, length)``; ``length > max_length``;
               ``deterministic`` left out for a random model.
         """
         mask, deterministic = _call_defaults(self.config, inputs, mask, deterministic)

@@ -66,7 +66,7 @@ class TransformerConfig:
         param_dtype: parameter dtype.
 
     Raises:
-        ValueError: an unknown ``pooling``, ``positional`` or ``interaction``; a size below 1;
+        spectral_jax.UsageError: an unknown ``pooling``, ``positional`` or ``interaction``; a size below 1;
           a dropout rate outside [0, 1). (TypeError for values of the wrong kind, e.g. a string
           size or ``attention_kwargs`` that is not a mapping; see :mod:`spectral_jax._checks`.)
           The attention name and its arguments are checked by
@@ -82,7 +82,7 @@ class TransformerConfig:
         >>> TransformerConfig(vocab_size=10, num_classes=2, max_length=8, pooling="max")
         Traceback (most recent call last):
         ...
-        ValueError: TransformerConfig: `pooling` must be one of ('cls', 'mean'); got 'max'.
+        spectral_jax.UsageError: TransformerConfig: `pooling` must be one of ('cls', 'mean'); got 'max'.
     """
 
     vocab_size: int
@@ -132,7 +132,7 @@ def check_fields(values: Mapping[str, Any], *, owner: str = "TransformerConfig",
         >>> check_fields({"positional": "rotary"}, owner="config", prefix="model.")
         Traceback (most recent call last):
         ...
-        ValueError: config: `model.positional` must be one of ('sinusoidal', 'learned'); got ...
+        spectral_jax.UsageError: config: `model.positional` must be one of ('sinusoidal', 'learned'); got ...
     """
     for name, allowed in _CHOICES.items():
         if name in values:

@@ -10,7 +10,7 @@ import numpy as np
 from flax import nnx
 from jax.experimental import checkify
 
-from spectral_jax import _checks
+from spectral_jax import UsageError, UsageTypeError, _checks
 from spectral_jax.nn._config import POSITIONALS
 from spectral_jax.nn._rngs import stream
 
@@ -62,7 +62,7 @@ class TokenEmbedding(nnx.Module):
         rngs: ``"params"`` and ``"dropout"`` streams.
 
     Raises:
-        ValueError: unknown ``positional``; a non-positive size.
+        spectral_jax.UsageError: unknown ``positional``; a non-positive size.
 
     A token id outside ``[0, vocab_size)`` has no embedding: a concrete ``inputs`` raises a
     ValueError naming the smallest and largest id and ``vocab_size``; a traced one gives
@@ -134,14 +134,14 @@ class TokenEmbedding(nnx.Module):
             any, at position 0.
 
         Raises:
-            TypeError: non-integer ``inputs``.
-            ValueError: ``inputs`` not 2-D or longer than ``max_length``; a concrete token id
+            spectral_jax.UsageTypeError: non-integer ``inputs``.
+            spectral_jax.UsageError: ``inputs`` not 2-D or longer than ``max_length``; a concrete token id
               outside ``[0, vocab_size)`` (traced: NaN, and a checkify error).
         """
         if not jnp.issubdtype(inputs.dtype, jnp.integer):
-            raise TypeError(f"inputs must be integer token ids, got dtype {inputs.dtype}.")
+            raise UsageTypeError(f"inputs must be integer token ids, got dtype {inputs.dtype}.")
         if inputs.ndim != 2 or inputs.shape[1] > self.max_length:
-            raise ValueError(
+            raise UsageError(
                 f"inputs must be (batch, length) with length <= max_length={self.max_length}, "
                 f"got shape {inputs.shape}."
             )
@@ -175,5 +175,5 @@ class TokenEmbedding(nnx.Module):
             ids = np.asarray(inputs)
             low, high = int(ids.min()), int(ids.max())
             if low < 0 or high >= vocab:
-                raise ValueError(message.format(low, high))
+                raise UsageError(message.format(low, high))
         return jnp.where(inputs < 0, vocab, inputs)

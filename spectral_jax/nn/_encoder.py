@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spectral_jax import UsageError, UsageTypeError
 from spectral_jax import attention as _attention
 from spectral_jax.nn._attention import MultiHeadAttention
 from spectral_jax.nn._config import TransformerConfig
@@ -132,7 +133,7 @@ class TransformerEncoder(nnx.Module):
         self, config: TransformerConfig, *, cls_token: bool = False, rngs: nnx.Rngs
     ) -> None:
         if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}.")
+            raise UsageTypeError(f"config must be a TransformerConfig, got {type(config).__name__}.")
         self.config = config
         self.cls_token = cls_token
         self.embedding = TokenEmbedding(
@@ -177,13 +178,13 @@ class TransformerEncoder(nnx.Module):
             if any, at position 0.
 
         Raises:
-            TypeError: non-integer ``inputs`` or non-bool ``mask``.
-            ValueError: ``mask`` shape differs from ``inputs``; ``length > max_length``.
+            spectral_jax.UsageTypeError: non-integer ``inputs`` or non-bool ``mask``.
+            spectral_jax.UsageError: ``mask`` shape differs from ``inputs``; ``length > max_length``.
         """
         if mask.dtype != jnp.bool_:
-            raise TypeError(f"mask must be bool (True = token), got dtype {mask.dtype}.")
+            raise UsageTypeError(f"mask must be bool (True = token), got dtype {mask.dtype}.")
         if mask.shape != inputs.shape:
-            raise ValueError(
+            raise UsageError(
                 f"mask must have the shape of inputs {inputs.shape}, got {mask.shape}."
             )
         x = self.embedding(inputs, deterministic=deterministic)

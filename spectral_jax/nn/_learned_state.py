@@ -17,9 +17,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spectral_jax import UsageError
 from spectral_jax.attention import STATE_KINDS
-from spectral_jax.nn._embedding import sinusoidal_positions
 from spectral_jax.nn._checks import check_positive_int
+from spectral_jax.nn._embedding import sinusoidal_positions
 
 Array = jax.Array
 
@@ -108,7 +109,7 @@ class PackedSequenceState(nnx.Module):
             positions = sinusoidal_positions(self.packed_length, self.in_features)
             return self.packed[...] + jnp.asarray(positions, self.packed.dtype)
         if carry.shape[-2:] != (self.packed_length, self.in_features):
-            raise ValueError(
+            raise UsageError(
                 f"Luna carry must have shape (batch..., packed_length={self.packed_length}, "
                 f"in_features={self.in_features}); got {carry.shape}."
             )
@@ -153,6 +154,6 @@ class GateState(nnx.Module):
                  **_: Any) -> dict[str, Array]:
         del kv_len, deterministic
         if inputs is None:
-            raise ValueError("gated_linear's gates are computed from the block input: pass "
+            raise UsageError("gated_linear's gates are computed from the block input: pass "
                              "inputs= to the state module (MultiHeadAttention does).")
         return {"gates": jax.nn.sigmoid(self.gate(inputs).astype(jnp.float32))}

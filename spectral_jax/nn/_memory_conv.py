@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spectral_jax import UsageError
 from spectral_jax.attention import STATE_KINDS, mean_pool_conv
 from spectral_jax.nn._rngs import stream as _stream
 
@@ -17,7 +18,7 @@ Array = jax.Array
 
 def _check_kernel_size(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"attention_kwargs['kernel_size'] must be a positive int, got {value!r}.")
+        raise UsageError(f"attention_kwargs['kernel_size'] must be a positive int, got {value!r}.")
     return value
 
 

@@ -18,11 +18,16 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spectral_jax import UsageError
 from spectral_jax import attention as _attention
 from spectral_jax.attention import STATE_KINDS
 from spectral_jax.attention._state import LINFORMER_SHARING
 from spectral_jax.nn._checks import check_positive_int
-from spectral_jax.nn._learned_state import GateState, InducingPointState, PackedSequenceState
+from spectral_jax.nn._learned_state import (
+    GateState,
+    InducingPointState,
+    PackedSequenceState,
+)
 from spectral_jax.nn._memory_conv import MemoryConvState
 from spectral_jax.nn._rngs import stream as _stream
 
@@ -122,12 +127,12 @@ class LengthProjectionState(nnx.Module):
         options = {**STATE_KINDS["length_projection"].options, **options}
         self.sharing = options["sharing"]
         if self.sharing not in LINFORMER_SHARING:
-            raise ValueError(
+            raise UsageError(
                 f"attention_kwargs['sharing'] must be one of {list(LINFORMER_SHARING)}, "
                 f"got {self.sharing!r}."
             )
         if self.sharing == "layerwise" and not _shared:
-            raise ValueError(
+            raise UsageError(
                 "sharing='layerwise' uses one projection for every layer: pass the encoder's "
                 "instance (LengthProjectionState.shared) as MultiHeadAttention(shared_state=...)."
             )
@@ -152,7 +157,7 @@ class LengthProjectionState(nnx.Module):
                  **_: Any) -> dict[str, Array | None]:
         del deterministic
         if kv_len > self.max_length:
-            raise ValueError(
+            raise UsageError(
                 f"Linformer key length must be <= attention_kwargs['max_length']="
                 f"{self.max_length}, got kv_len={kv_len}."
             )
@@ -213,7 +218,7 @@ class ConvSkip(nnx.Module):
                  rngs: nnx.Rngs) -> None:
         check_positive_int("attention_kwargs['conv_kernel_size']", kernel_size)
         if kernel_size % 2 == 0:
-            raise ValueError(
+            raise UsageError(
                 "attention_kwargs['conv_kernel_size'] must be odd (same-length "
                 f"convolution), got {kernel_size}."
             )
@@ -225,7 +230,7 @@ class ConvSkip(nnx.Module):
         """Depthwise conv along the sequence of ``value`` (batch..., L, H, D), padding zeroed."""
         length, heads, dim = value.shape[-3:]
         if length != q_len:
-            raise ValueError(
+            raise UsageError(
                 f"conv_kernel_size needs self-attention lengths, got q_len={q_len} and "
                 f"kv_len={length}."
             )

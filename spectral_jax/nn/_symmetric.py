@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spectral_jax import UsageError
+
 Array = jax.Array
 
 SYMMETRIC = (False, True, "pairwise", "pairwise_psd")
@@ -18,7 +20,7 @@ def check_symmetric(value: Any) -> bool | str:
     if isinstance(value, str) and value.lower() in ("true", "false"):
         value = value.lower() == "true"
     if not any(value is s or (isinstance(s, str) and value == s) for s in SYMMETRIC):
-        raise ValueError(
+        raise UsageError(
             f"attention_kwargs['symmetric'] must be one of {list(SYMMETRIC)}, got {value!r}."
         )
     return value

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
+from spectral_jax import UsageError
 from spectral_jax.attention import BASELINE, available_attentions
 
 # The configuration `bench compile` and the accelerator-lowering test use by default.
@@ -53,7 +54,7 @@ def _task_sizes(config: ml_collections.ConfigDict) -> types.SimpleNamespace:
              "max_length": m.max_length}
     missing = [k for k, v in sizes.items() if v is None]
     if missing:
-        raise ValueError(f"config task {config.task!r}: set model.{missing[0]} (the task "
+        raise UsageError(f"config task {config.task!r}: set model.{missing[0]} (the task "
                          "module defines no constant for it, and no data is read here)")
     return types.SimpleNamespace(**sizes)
 
@@ -69,7 +70,7 @@ def train_step_program(config: ml_collections.ConfigDict) -> TrainStepProgram:
       :class:`TrainStepProgram`.
 
     Raises:
-      ValueError: a size the model needs is neither in the config nor a task constant.
+      spectral_jax.UsageError: a size the model needs is neither in the config nor a task constant.
 
     Example:
       >>> from spectral_jax.lra.cli.train import load_config
@@ -145,7 +146,7 @@ def run_compile(
       (``total_s`` / softmax's).
 
     Raises:
-      ValueError: ``repeats`` below 1, or an unknown method.
+      spectral_jax.UsageError: ``repeats`` below 1, or an unknown method.
     """
     from spectral_jax import _checks
     from spectral_jax.attention import get_attention_spec

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from spectral_jax import _checks
+from spectral_jax import UsageError, _checks
 
 Array = jax.Array
 
@@ -50,7 +50,7 @@ def capture_qkv(
       call of that layer, and ``"mask"`` bool ``(batch, n)``.
 
     Raises:
-      ValueError: ``layer`` out of range (the message gives the number of layers).
+      spectral_jax.UsageError: ``layer`` out of range (the message gives the number of layers).
 
     Example:
       >>> import jax.numpy as jnp
@@ -67,7 +67,7 @@ def capture_qkv(
 
     layers = [m for _, m in nnx.iter_graph(model) if isinstance(m, MultiHeadAttention)]
     if _checks.nonnegative_int("capture_qkv", "layer", layer) >= len(layers):
-        raise ValueError(_checks.message("capture_qkv", "layer", f"an int in [0, {len(layers)})",
+        raise UsageError(_checks.message("capture_qkv", "layer", f"an int in [0, {len(layers)})",
                                          layer))
     mha = layers[layer]
     calls: dict[str, list[Array]] = {"query": [], "key": [], "value": []}
@@ -117,7 +117,7 @@ def dump_qkv(
 
     Raises:
       FileNotFoundError: no run or checkpoint in ``workdir``.
-      ValueError: bad ``split``, ``checkpoint``, ``layer`` or ``num_examples``.
+      spectral_jax.UsageError: bad ``split``, ``checkpoint``, ``layer`` or ``num_examples``.
 
     Example:
       ``spectral-jax bench dump-qkv --workdir runs/listops_quick --out qkv.npz`` calls

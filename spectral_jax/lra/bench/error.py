@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spectral_jax import UsageError
 from spectral_jax.attention import ATTENTIONS, get_attention_spec
 from spectral_jax.lra.bench import inputs as inputs_lib
 from spectral_jax.lra.bench import methods as methods_lib
@@ -102,7 +103,7 @@ def relative_output_error(approx: Any, exact: Any) -> float:
     """‖Ŷ − Y‖_F / ‖Y‖_F over the whole array, computed in float64.
 
     Raises:
-      ValueError: shapes differ, or ‖Y‖_F = 0 (the ratio is undefined).
+      spectral_jax.UsageError: shapes differ, or ‖Y‖_F = 0 (the ratio is undefined).
 
     Example:
       >>> import numpy as np
@@ -112,10 +113,10 @@ def relative_output_error(approx: Any, exact: Any) -> float:
     """
     approx, exact = np.asarray(approx, np.float64), np.asarray(exact, np.float64)
     if approx.shape != exact.shape:
-        raise ValueError(f"`approx` shape {approx.shape} != `exact` shape {exact.shape}.")
+        raise UsageError(f"`approx` shape {approx.shape} != `exact` shape {exact.shape}.")
     norm = np.linalg.norm(exact)
     if norm == 0:
-        raise ValueError("`exact` is all zeros; a relative error is undefined.")
+        raise UsageError("`exact` is all zeros; a relative error is undefined.")
     return float(np.linalg.norm(approx - exact) / norm)
 
 
@@ -129,7 +130,7 @@ def relative_matrix_errors(approx: Any, exact: Any) -> tuple[float, float]:
       ``(frobenius, spectral)``.
 
     Raises:
-      ValueError: shapes differ, or a matrix of ``exact`` is zero.
+      spectral_jax.UsageError: shapes differ, or a matrix of ``exact`` is zero.
 
     Example:
       >>> import numpy as np
@@ -140,12 +141,12 @@ def relative_matrix_errors(approx: Any, exact: Any) -> tuple[float, float]:
     """
     approx, exact = np.asarray(approx, np.float64), np.asarray(exact, np.float64)
     if approx.shape != exact.shape or exact.ndim < 2:
-        raise ValueError(f"`approx` shape {approx.shape} != `exact` shape {exact.shape}.")
+        raise UsageError(f"`approx` shape {approx.shape} != `exact` shape {exact.shape}.")
     diff = approx - exact
     axes = (-2, -1)
     fro_ref, spec_ref = np.linalg.norm(exact, "fro", axes), np.linalg.norm(exact, 2, axes)
     if (fro_ref == 0).any():
-        raise ValueError("`exact` holds an all-zero matrix; a relative error is undefined.")
+        raise UsageError("`exact` holds an all-zero matrix; a relative error is undefined.")
     fro = np.linalg.norm(diff, "fro", axes) / fro_ref
     spec = np.linalg.norm(diff, 2, axes) / spec_ref
     return float(fro.mean()), float(spec.mean())
@@ -203,7 +204,7 @@ def run_error(
       "length", "heads", "head_dim"}``; errors are dimensionless ratios.
 
     Raises:
-      ValueError: unknown method or regime, an empty or non-positive ``budgets`` list,
+      spectral_jax.UsageError: unknown method or regime, an empty or non-positive ``budgets`` list,
         ``qkv`` arrays of the wrong rank or mismatched shapes.
 
     Example:
@@ -217,15 +218,15 @@ def run_error(
     budgets = tuple(budgets)
     if not budgets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1
                           for b in budgets):
-        raise ValueError(f"`budgets` must be a non-empty list of positive ints; got {budgets!r}.")
+        raise UsageError(f"`budgets` must be a non-empty list of positive ints; got {budgets!r}.")
     if qkv is None:
         for regime in regimes:
             if regime not in inputs_lib.REGIMES:
-                raise ValueError(f"`regimes`: {regime!r} is not one of {inputs_lib.REGIMES}.")
+                raise UsageError(f"`regimes`: {regime!r} is not one of {inputs_lib.REGIMES}.")
     else:
         shapes = {np.shape(qkv.query), np.shape(qkv.key)}
         if len(shapes) != 1 or len(np.shape(qkv.query)) != 4:
-            raise ValueError(
+            raise UsageError(
                 f"`qkv` query/key must both be (batch, n, heads, head_dim); got {shapes}."
             )
         batch, length, heads, head_dim = np.shape(qkv.query)

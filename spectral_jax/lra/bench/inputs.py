@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spectral_jax import UsageError
+
 Array = jax.Array
 
 REGIMES = ("diffuse", "sharp", "random_walk", "varying_norm")
@@ -28,7 +30,7 @@ def random_walk_tokens(rng: Array, shape: tuple[int, ...], correlation_length: f
       float32 array of ``shape``.
 
     Raises:
-      ValueError: ``correlation_length`` <= 0 or ``shape`` not 4-D.
+      spectral_jax.UsageError: ``correlation_length`` <= 0 or ``shape`` not 4-D.
 
     Example:
       >>> import jax
@@ -37,9 +39,9 @@ def random_walk_tokens(rng: Array, shape: tuple[int, ...], correlation_length: f
       (1, 32, 2, 4)
     """
     if len(shape) != 4:
-        raise ValueError(f"`shape` must be (batch, n, heads, dim); got {shape!r}.")
+        raise UsageError(f"`shape` must be (batch, n, heads, dim); got {shape!r}.")
     if not correlation_length > 0:
-        raise ValueError(f"`correlation_length` must be > 0 tokens; got {correlation_length!r}.")
+        raise UsageError(f"`correlation_length` must be > 0 tokens; got {correlation_length!r}.")
     rho = float(np.exp(-1.0 / correlation_length))
     noise = jax.random.normal(rng, shape, jnp.float32)
     first = noise[:, :1]
@@ -94,7 +96,7 @@ def make_inputs(
       ``(query, key, value)``, each ``(batch, length, heads, head_dim)`` of ``dtype``.
 
     Raises:
-      ValueError: unknown ``regime``, non-positive sizes or ``sharpness``, negative
+      spectral_jax.UsageError: unknown ``regime``, non-positive sizes or ``sharpness``, negative
         ``norm_spread``.
 
     Example:
@@ -105,15 +107,15 @@ def make_inputs(
       True
     """
     if regime not in REGIMES:
-        raise ValueError(f"`regime` must be one of {REGIMES}; got {regime!r}.")
+        raise UsageError(f"`regime` must be one of {REGIMES}; got {regime!r}.")
     for name, value in (("batch", batch), ("length", length), ("heads", heads),
                         ("head_dim", head_dim)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
+            raise UsageError(f"`{name}` must be a positive int; got {value!r}.")
     if not sharpness > 0:
-        raise ValueError(f"`sharpness` must be > 0; got {sharpness!r}.")
+        raise UsageError(f"`sharpness` must be > 0; got {sharpness!r}.")
     if not norm_spread >= 0:
-        raise ValueError(f"`norm_spread` must be >= 0; got {norm_spread!r}.")
+        raise UsageError(f"`norm_spread` must be >= 0; got {norm_spread!r}.")
     shape = (batch, length, heads, head_dim)
     kq, kk, kv = jax.random.split(rng, 3)
     if regime == "diffuse":

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UsageError, UsageTypeError
 from spectral_jax.attention import ATTENTIONS, available_attentions, get_attention_spec
 
 Array = jax.Array
@@ -34,8 +35,8 @@ def check_methods(names: Any) -> tuple[str, ...]:
       The names, in the given order, without duplicates.
 
     Raises:
-      ValueError: an unknown name (the message lists the known ones) or an empty list.
-      TypeError: ``names`` is a plain string rather than a list of strings.
+      spectral_jax.UsageError: an unknown name (the message lists the known ones) or an empty list.
+      spectral_jax.UsageTypeError: ``names`` is a plain string rather than a list of strings.
 
     Example:
       >>> from spectral_jax.lra.bench.methods import check_methods
@@ -43,10 +44,10 @@ def check_methods(names: Any) -> tuple[str, ...]:
       ('nystrom', 'softmax')
     """
     if isinstance(names, str):
-        raise TypeError(f"`methods` must be a list of names, not the string {names!r}.")
+        raise UsageTypeError(f"`methods` must be a list of names, not the string {names!r}.")
     names = tuple(dict.fromkeys(names))
     if not names:
-        raise ValueError(f"`methods` is empty; choose from {', '.join(available_attentions())}.")
+        raise UsageError(f"`methods` is empty; choose from {', '.join(available_attentions())}.")
     for name in names:
         get_attention_spec(name)
     return names
@@ -98,7 +99,7 @@ def make_state(
       ``{"key_projection": float32 (budget, length)}`` (Linformer); ``{"rng": key}`` (Skyformer).
 
     Raises:
-      ValueError: unknown ``name`` or ``linformer_init``, or a budget that is not a
+      spectral_jax.UsageError: unknown ``name`` or ``linformer_init``, or a budget that is not a
         positive int for a method that needs one.
 
     Example:
@@ -110,14 +111,14 @@ def make_state(
     """
     check_methods([name])
     if linformer_init not in LINFORMER_INITS:
-        raise ValueError(
+        raise UsageError(
             f"`linformer_init` must be one of {LINFORMER_INITS}; got {linformer_init!r}."
         )
     spec = get_attention_spec(name)
     if spec.budget is None:
         return spec.make_state(rng, budget=None, length=length, head_dim=head_dim)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ValueError(f"{name}: `budget` ({spec.budget}) must be a positive int; got {budget!r}.")
+        raise UsageError(f"{name}: `budget` ({spec.budget}) must be a positive int; got {budget!r}.")
     if spec.state == "length_projection" and linformer_init == "pool":
         return {"key_projection": _pool_projection(budget, length)}
     return spec.make_state(rng, budget=budget, length=length, head_dim=head_dim)
@@ -146,7 +147,7 @@ def bind(name: str, budget: int | None = None, **static: Any) -> Callable[..., A
       ``(batch, n, heads, v_head_dim)``; wrap it in ``jax.jit``.
 
     Raises:
-      ValueError: unknown ``name``.
+      spectral_jax.UsageError: unknown ``name``.
 
     Example:
       >>> import jax

@@ -11,8 +11,9 @@ from typing import Any
 
 from rich.table import Table
 
-from spectral_jax.lra.plotting import load_matplotlib, new_figure
+from spectral_jax import UsageError
 from spectral_jax.attention import BASELINE
+from spectral_jax.lra.plotting import load_matplotlib, new_figure
 
 # 1000 faults is 4 MiB of fresh 4 KiB pages per call, several ms of kernel time on CPU.
 FAULT_NOTE_THRESHOLD = 1000
@@ -269,7 +270,7 @@ def plot_error(rows: Sequence[dict[str, Any]], path: str | pathlib.Path,
       The path written, or None when matplotlib is missing (skipped with one line on stderr).
 
     Raises:
-      ValueError: unknown ``metric``.
+      spectral_jax.UsageError: unknown ``metric``.
 
     Example:
       >>> import tempfile, pathlib
@@ -280,7 +281,7 @@ def plot_error(rows: Sequence[dict[str, Any]], path: str | pathlib.Path,
       True
     """
     if metric not in ("output", "frobenius", "spectral"):
-        raise ValueError(f"`metric` must be output, frobenius or spectral; got {metric!r}.")
+        raise UsageError(f"`metric` must be output, frobenius or spectral; got {metric!r}.")
     path = pathlib.Path(path)
     mpl = load_matplotlib(f"the plot {path}")
     if mpl is None:

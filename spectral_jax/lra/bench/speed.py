@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spectral_jax.lra.compiled import compiled_cost
+from spectral_jax import UsageError
 from spectral_jax.attention import (
     BASELINE,
     available_attentions,
@@ -26,6 +26,7 @@ from spectral_jax.attention import (
 )
 from spectral_jax.lra.bench import methods as methods_lib
 from spectral_jax.lra.bench.memory import default_memory_budget_bytes, peak_bytes
+from spectral_jax.lra.compiled import compiled_cost
 
 Array = jax.Array
 
@@ -57,7 +58,7 @@ def benchmark_function(
       the float32 sum of the output.
 
     Raises:
-      ValueError: unknown ``name`` or ``mode``.
+      spectral_jax.UsageError: unknown ``name`` or ``mode``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -67,13 +68,13 @@ def benchmark_function(
       [(1, 16, 2, 8), (1, 16, 2, 8), (1, 16, 2, 8)]
     """
     if mode not in MODES:
-        raise ValueError(f"`mode` must be one of {MODES}; got {mode!r}.")
+        raise UsageError(f"`mode` must be one of {MODES}; got {mode!r}.")
     takes_chunks = "head_chunk_size" in inspect.signature(get_attention_spec(name).fn).parameters
     static = {} if not takes_chunks or head_chunk_size is None else {
         "head_chunk_size": head_chunk_size}
     if implementation is not None:
         if name != EXACT or implementation not in EXACT_IMPLEMENTATIONS:
-            raise ValueError(f"`implementation` {implementation!r} applies to {EXACT!r} only and "
+            raise UsageError(f"`implementation` {implementation!r} applies to {EXACT!r} only and "
                              f"must be one of {EXACT_IMPLEMENTATIONS}; got it for {name!r}.")
         static["implementation"] = implementation
     fn = methods_lib.bind(name, budget, **static)
@@ -96,7 +97,7 @@ def _budget(name: str, budgets: dict[str, int]) -> int | None:
 
 def _check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
+        raise UsageError(f"`{name}` must be a positive int; got {value!r}.")
 
 
 def run_speed(
@@ -158,7 +159,7 @@ def run_speed(
       ``cost_analysis``).
 
     Raises:
-      ValueError: unknown method, mode, dtype or budget parameter; non-positive sizes,
+      spectral_jax.UsageError: unknown method, mode, dtype or budget parameter; non-positive sizes,
         repeats or budget.
 
     Example:
@@ -172,31 +173,31 @@ def run_speed(
     if EXACT not in methods:
         methods = (EXACT, *methods)
     if dtype not in DTYPES:
-        raise ValueError(f"`dtype` must be one of {tuple(DTYPES)}; got {dtype!r}.")
+        raise UsageError(f"`dtype` must be one of {tuple(DTYPES)}; got {dtype!r}.")
     for mode in modes:
         if mode not in MODES:
-            raise ValueError(f"`modes`: {mode!r} is not one of {MODES}.")
+            raise UsageError(f"`modes`: {mode!r} is not one of {MODES}.")
     lengths = tuple(lengths)
     if not lengths:
-        raise ValueError("`lengths` is empty; give at least one sequence length.")
+        raise UsageError("`lengths` is empty; give at least one sequence length.")
     if len(set(lengths)) != len(lengths):
-        raise ValueError(f"`lengths` must be distinct; got {list(lengths)}.")
+        raise UsageError(f"`lengths` must be distinct; got {list(lengths)}.")
     known = budget_parameters()
     for name in budgets:
         if name not in known:
-            raise ValueError(f"`{name}` is not a budget parameter; known: {sorted(known)}.")
+            raise UsageError(f"`{name}` is not a budget parameter; known: {sorted(known)}.")
     for name, value in (("batch", batch), ("heads", heads), ("head_dim", head_dim),
                         *budgets.items(), ("repeats", repeats),
                         *((f"lengths[{i}]", n) for i, n in enumerate(lengths))):
         _check_positive(name, value)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"`warmup` must be an int >= 0; got {warmup!r}.")
+        raise UsageError(f"`warmup` must be an int >= 0; got {warmup!r}.")
     if head_chunk_size is not None:
         _check_positive("head_chunk_size", head_chunk_size)
     exact_implementations = tuple(dict.fromkeys(exact_implementations))
     for impl in exact_implementations:
         if impl not in EXACT_IMPLEMENTATIONS:
-            raise ValueError(f"`exact_implementations`: {impl!r} is not one of "
+            raise UsageError(f"`exact_implementations`: {impl!r} is not one of "
                              f"{EXACT_IMPLEMENTATIONS}.")
     entries = [(name, None) for name in methods] + [(EXACT, i) for i in exact_implementations]
     if memory_budget_bytes is None:

@@ -20,6 +20,8 @@ import os
 import platform
 from typing import Any
 
+from spectral_jax import UsageError
+
 # Where results go without --out: one folder the repository's .gitignore lists.
 DEFAULT_OUT = {"speed": os.path.join("bench_out", "speed"),
                "error": os.path.join("bench_out", "error"),
@@ -87,7 +89,7 @@ def _speed(args: argparse.Namespace) -> int:
         args.methods = _all_methods()
     console = _console()
     if args.memory_budget_gb is not None and not 0 < args.memory_budget_gb < math.inf:
-        raise ValueError(f"`memory_budget_gb` must be a positive, finite number of GiB; got "
+        raise UsageError(f"`memory_budget_gb` must be a positive, finite number of GiB; got "
                          f"{args.memory_budget_gb!r}.")
     budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
     if budget is None:
@@ -97,7 +99,7 @@ def _speed(args: argparse.Namespace) -> int:
     budgets = dict(args.budget)
     unknown = sorted(set(budgets) - set(speed.budget_parameters()))
     if unknown:
-        raise ValueError(f"`budget`: {unknown[0]!r} is not a budget parameter of a registered "
+        raise UsageError(f"`budget`: {unknown[0]!r} is not a budget parameter of a registered "
                          f"method; known: {', '.join(speed.budget_parameters())}")
     records = speed.run_speed(
         methods=args.methods, lengths=args.lengths, batch=args.batch, heads=args.heads,
@@ -140,7 +142,7 @@ def _error(args: argparse.Namespace) -> int:
         with np.load(args.qkv) as data:
             missing = {"query", "key", "value"} - set(data.files)
             if missing:
-                raise ValueError(f"--qkv {args.qkv}: missing arrays {sorted(missing)}; "
+                raise UsageError(f"--qkv {args.qkv}: missing arrays {sorted(missing)}; "
                                  "write the file with `spectral-jax bench dump-qkv`.")
             qkv = error.QKV(data["query"], data["key"], data["value"],
                             data["mask"] if "mask" in data.files else None, name="checkpoint")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from spectral_jax import UsageError
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Registers `data` with sub-commands `listops`, `pathfinder` and `info`.
@@ -86,7 +88,7 @@ def _pathfinder(args: argparse.Namespace) -> int:
 def _parse_option(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ValueError(f"--option must look like KEY=VALUE, got {text!r}")
+        raise UsageError(f"--option must look like KEY=VALUE, got {text!r}")
     try:
         return key, json.loads(value)
     except json.JSONDecodeError:
@@ -98,9 +100,9 @@ def _info_source(args: argparse.Namespace) -> tuple[str, str, dict, str]:
     options = dict(map(_parse_option, args.option))
     if args.config is None:
         if args.config_overrides:
-            raise ValueError("--config.FIELD=VALUE overrides need --config FILE.py[:ARG]")
+            raise UsageError("--config.FIELD=VALUE overrides need --config FILE.py[:ARG]")
         if args.task is None or args.data_dir is None:
-            raise ValueError("give TASK and --data-dir, or --config FILE.py[:ARG]")
+            raise UsageError("give TASK and --data-dir, or --config FILE.py[:ARG]")
         origin = ("--option max_length" if "max_length" in options else
                   "the reader's default; a config may read at another length: pass "
                   "--config FILE.py[:ARG]")
@@ -109,7 +111,7 @@ def _info_source(args: argparse.Namespace) -> tuple[str, str, dict, str]:
 
     config = load_config(args.config, args.config_overrides)
     if args.task is not None and args.task != config.task:
-        raise ValueError(f"task {args.task!r} differs from the config's task {config.task!r}")
+        raise UsageError(f"task {args.task!r} differs from the config's task {config.task!r}")
     where = "--option max_length" if "max_length" in options else f"the config {args.config}"
     return (config.task, args.data_dir or config.data.dir,
             {**config.data.options.to_dict(), **options}, where)

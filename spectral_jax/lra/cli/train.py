@@ -29,6 +29,7 @@ from typing import Any
 
 import ml_collections
 
+from spectral_jax import UsageError
 from spectral_jax.lra.train.overrides import apply_overrides
 
 
@@ -46,7 +47,7 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
 
     Raises:
         FileNotFoundError: no such config file.
-        ValueError: a file without ``get_config``, a malformed override, an unknown field or a
+        spectral_jax.UsageError: a file without ``get_config``, a malformed override, an unknown field or a
           value of the wrong type.
 
     Example:
@@ -61,7 +62,7 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     if not hasattr(module, "get_config"):
-        raise ValueError(f"--config {spec!r}: {path} defines no get_config(arg)")
+        raise UsageError(f"--config {spec!r}: {path} defines no get_config(arg)")
     config = module.get_config(arg or None)
     return apply_overrides(config, overrides)
 
@@ -153,9 +154,8 @@ def _train(args: argparse.Namespace) -> int:
     from spectral_jax.lra.train import distributed
 
     distributed.maybe_initialize(args.distributed or None)
-    from spectral_jax.lra.train.loop import train_and_evaluate
-
     from spectral_jax.lra.train.interrupt import TrainingInterrupted
+    from spectral_jax.lra.train.loop import train_and_evaluate
 
     config = load_config(args.config, args.config_overrides)
     try:
@@ -189,7 +189,12 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
-    from spectral_jax.lra.train.table import load_results, markdown_table, summary_json, write_outputs
+    from spectral_jax.lra.train.table import (
+        load_results,
+        markdown_table,
+        summary_json,
+        write_outputs,
+    )
     from spectral_jax.lra.train.table_readme import readme_tables
 
     results = load_results(args.runs)

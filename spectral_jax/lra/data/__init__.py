@@ -12,7 +12,14 @@ from spectral_jax.lra import require
 
 require()
 
-from spectral_jax.lra.data import image, listops, listops_generator, pathfinder, retrieval, text
+from spectral_jax.lra.data import (
+    image,
+    listops,
+    listops_generator,
+    pathfinder,
+    retrieval,
+    text,
+)
 from spectral_jax.lra.data.batching import iterate_batches
 from spectral_jax.lra.data.registry import (
     TASKS,

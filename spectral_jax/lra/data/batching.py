@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from spectral_jax import _checks
+from spectral_jax import UsageError, _checks
 from spectral_jax.lra.data.task import Split
 
 
@@ -57,8 +57,8 @@ def iterate_batches(
          "weight": float32 [B] (1.0 real example, 0.0 padding row)}.
 
     Raises:
-        TypeError: if `batch_size` or `start_step` is not an int.
-        ValueError: if `batch_size` < 1, `start_step` < 0, `start_step` is past the end
+        spectral_jax.UsageTypeError: if `batch_size` or `start_step` is not an int.
+        spectral_jax.UsageError: if `batch_size` < 1, `start_step` < 0, `start_step` is past the end
             of a non-repeating pass, or `repeat=True` on an empty split.
 
     Example:
@@ -74,12 +74,12 @@ def iterate_batches(
     n = len(split)
     if repeat:
         if n == 0:
-            raise ValueError("iterate_batches: repeat=True needs a non-empty split, got N=0")
+            raise UsageError("iterate_batches: repeat=True needs a non-empty split, got N=0")
         yield from _repeating(split, batch_size, shuffle, seed, start_step)
         return
     num_batches = n // batch_size if drop_remainder else -(-n // batch_size)
     if start_step > num_batches:
-        raise ValueError(
+        raise UsageError(
             f"iterate_batches: start_step={start_step} is past the end of one pass "
             f"({num_batches} batches of {batch_size} over N={n})"
         )

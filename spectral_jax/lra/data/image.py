@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spectral_jax import UsageError, UsageTypeError
 from spectral_jax.lra.data.task import Split, Task
 
 VOCAB_SIZE = 256  # pixel values 0..255 are the tokens.
@@ -49,14 +50,14 @@ def rgb_to_gray(rgb: np.ndarray) -> np.ndarray:
         uint8 [...] gray values.
 
     Raises:
-        ValueError: if the last axis is not 3.
+        spectral_jax.UsageError: if the last axis is not 3.
 
     Example:
         >>> rgb_to_gray(np.array([[255, 255, 255], [10, 20, 30]], np.uint8)).tolist()
         [255, 18]
     """
     if rgb.shape[-1] != 3:
-        raise ValueError(f"rgb_to_gray: last axis must be 3 (RGB), got shape {rgb.shape}")
+        raise UsageError(f"rgb_to_gray: last axis must be 3 (RGB), got shape {rgb.shape}")
     luma = (rgb.astype(np.float32) * np.float32(1 / 255)) @ _LUMA
     return (luma * np.float32(255.5)).astype(np.uint8)
 
@@ -72,7 +73,7 @@ def read_cifar_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
 
     Raises:
         FileNotFoundError: if `path` is missing.
-        ValueError: if it is not a CIFAR-10 python pickle (keys, shapes, label range).
+        spectral_jax.UsageError: if it is not a CIFAR-10 python pickle (keys, shapes, label range).
 
     Example:
         >>> import pathlib, pickle, tempfile
@@ -89,16 +90,16 @@ def read_cifar_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         try:
             batch = pickle.load(f, encoding="bytes")
         except Exception as err:  # noqa: BLE001 - any unpickling failure means a bad file
-            raise ValueError(f"{path}: not a CIFAR-10 python pickle ({err})") from None
+            raise UsageError(f"{path}: not a CIFAR-10 python pickle ({err})") from None
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
         keys = list(batch) if isinstance(batch, dict) else type(batch).__name__
-        raise ValueError(f'{path}: expected a dict with keys b"data" and b"labels", got {keys}')
+        raise UsageError(f'{path}: expected a dict with keys b"data" and b"labels", got {keys}')
     data = np.asarray(batch[b"data"])
     labels = np.asarray(batch[b"labels"])
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-        raise ValueError(f'{path}: b"data" must be uint8 [N, 3072], got {data.dtype} {data.shape}')
+        raise UsageError(f'{path}: b"data" must be uint8 [N, 3072], got {data.dtype} {data.shape}')
     if labels.shape != (data.shape[0],) or labels.min() < 0 or labels.max() >= NUM_CLASSES:
-        raise ValueError(f'{path}: b"labels" must be {data.shape[0]} ints in 0..9')
+        raise UsageError(f'{path}: b"labels" must be {data.shape[0]} ints in 0..9')
     # Rows are [1024 red, 1024 green, 1024 blue], each plane row-major 32x32.
     images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
     return images, labels.astype(np.int32)
@@ -119,7 +120,7 @@ def read_idx(path: str | os.PathLike, magic: int) -> np.ndarray:
 
     Raises:
         FileNotFoundError: if `path` is missing.
-        ValueError: on a wrong magic number, a data size that disagrees with the header,
+        spectral_jax.UsageError: on a wrong magic number, a data size that disagrees with the header,
             or a corrupt gzip stream.
 
     Example:
@@ -137,10 +138,10 @@ def read_idx(path: str | os.PathLike, magic: int) -> np.ndarray:
         with opener(path, "rb") as f:
             raw = f.read()
     except (EOFError, OSError) as err:  # truncated or not gzip at all
-        raise ValueError(f"{path}: cannot read IDX data ({err})") from None
+        raise UsageError(f"{path}: cannot read IDX data ({err})") from None
     got = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else None
     if got != magic:
-        raise ValueError(
+        raise UsageError(
             f"{path}: wrong IDX magic number {got} (0x{got or 0:08x}); expected {magic} "
             f"(0x{magic:08x}, uint8 data with {magic & 0xFF} dimensions)"
         )
@@ -148,7 +149,7 @@ def read_idx(path: str | os.PathLike, magic: int) -> np.ndarray:
     shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
     data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
     if data.size != int(np.prod(shape)):
-        raise ValueError(
+        raise UsageError(
             f"{path}: header shape {shape} needs {int(np.prod(shape))} bytes of data, "
             f"file has {data.size}"
         )
@@ -191,13 +192,13 @@ def _load_fashion(folder: Path) -> tuple[dict, int]:
     for part in ("train", "test"):
         images, labels = arrays[f"{part}_images"], arrays[f"{part}_labels"]
         if images.shape[0] != labels.shape[0]:
-            raise ValueError(
+            raise UsageError(
                 f"Fashion-MNIST {part}: {images.shape[0]} images in "
                 f"{folder / FASHION_FILES[part + '_images']} but {labels.shape[0]} labels in "
                 f"{folder / FASHION_FILES[part + '_labels']}"
             )
         if labels.max() >= NUM_CLASSES:
-            raise ValueError(
+            raise UsageError(
                 f"{folder / FASHION_FILES[part + '_labels']}: labels must be 0..9, "
                 f"got {labels.max()}"
             )
@@ -233,7 +234,7 @@ def load(
 
     Raises:
         FileNotFoundError: if the chosen source's files are missing.
-        ValueError: on an unknown `source`, a non-positive `test_examples` or a malformed
+        spectral_jax.UsageError: on an unknown `source`, a non-positive `test_examples` or a malformed
             file (named in the message).
 
     Example:
@@ -242,13 +243,13 @@ def load(
         (10000, 784)
     """
     if source not in SOURCES:
-        raise ValueError(f"image: source must be one of {SOURCES}, got {source!r}")
+        raise UsageError(f"image: source must be one of {SOURCES}, got {source!r}")
     if not isinstance(mask_zero_pixels, bool):
-        raise TypeError(f"image: mask_zero_pixels must be a bool, got {mask_zero_pixels!r}")
+        raise UsageTypeError(f"image: mask_zero_pixels must be a bool, got {mask_zero_pixels!r}")
     if test_examples is not None and (
             isinstance(test_examples, bool)
             or not isinstance(test_examples, (int, np.integer)) or test_examples < 1):
-        raise ValueError(f"image: test_examples must be a positive int or None, got "
+        raise UsageError(f"image: test_examples must be a positive int or None, got "
                          f"{test_examples!r}")
     data_dir = Path(data_dir)
     cifar = _find_cifar(data_dir) if source in ("auto", "cifar10") else None

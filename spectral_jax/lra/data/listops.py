@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spectral_jax import UsageError
 from spectral_jax.lra.data.task import Split, Task
 from spectral_jax.lra.data.tokens import check_positive_int, pack
 
@@ -61,7 +62,7 @@ def encode(source: str) -> np.ndarray:
         int32 [T] ids in [1, 15], T = number of tokens.
 
     Raises:
-        ValueError: if a token is not one of the 15 ListOps symbols (the vocabulary is
+        spectral_jax.UsageError: if a token is not one of the 15 ListOps symbols (the vocabulary is
             closed, so an unknown token means a corrupt file, not rare data).
 
     Example:
@@ -72,7 +73,7 @@ def encode(source: str) -> np.ndarray:
     try:
         return np.fromiter(map(TOKEN_TO_ID.__getitem__, toks), np.int32, count=len(toks))
     except KeyError as err:
-        raise ValueError(
+        raise UsageError(
             f"unknown ListOps token {err.args[0]!r}; allowed: {' '.join(VOCAB[1:-1])}"
         ) from None
 
@@ -99,7 +100,7 @@ def read_tsv(path: str | os.PathLike) -> tuple[list[np.ndarray], np.ndarray]:
 
     Raises:
         FileNotFoundError: if `path` does not exist.
-        ValueError: on a bad header, a row without exactly 2 fields, a Target outside
+        spectral_jax.UsageError: on a bad header, a row without exactly 2 fields, a Target outside
             0-9, an unknown token or an empty Source; the message gives `path:line`.
 
     Example:
@@ -119,24 +120,24 @@ def read_tsv(path: str | os.PathLike) -> tuple[list[np.ndarray], np.ndarray]:
         reader = csv.reader(f, delimiter="\t")
         header = next(reader, None)
         if header != ["Source", "Target"]:
-            raise ValueError(f"{path}:1: expected the header 'Source<TAB>Target', got {header!r}")
+            raise UsageError(f"{path}:1: expected the header 'Source<TAB>Target', got {header!r}")
         for row in reader:
             where = f"{path}:{reader.line_num}"
             if not row:  # a blank line, e.g. a trailing one
                 continue
             if len(row) != 2:
-                raise ValueError(
+                raise UsageError(
                     f"{where}: expected 2 tab-separated fields (Source, Target), got "
                     f"{len(row)}: {row!r:.200}"
                 )
             if row[1].strip() not in tuple("0123456789"):
-                raise ValueError(f"{where}: Target must be a digit 0-9, got {row[1]!r:.50}")
+                raise UsageError(f"{where}: Target must be a digit 0-9, got {row[1]!r:.50}")
             try:
                 ids = encode(row[0])
             except ValueError as err:
-                raise ValueError(f"{where}: {err}") from None
+                raise UsageError(f"{where}: {err}") from None
             if ids.size == 0:
-                raise ValueError(f"{where}: empty Source expression")
+                raise UsageError(f"{where}: empty Source expression")
             seqs.append(ids)
             labels.append(int(row[1]))
     return seqs, np.array(labels, np.int32)
@@ -158,7 +159,7 @@ def load(data_dir: str | os.PathLike, *, max_length: int = 2000) -> Task:
 
     Raises:
         FileNotFoundError: if a split file is missing (message says how to get it).
-        ValueError: on a malformed file (see `read_tsv`) or bad `max_length`.
+        spectral_jax.UsageError: on a malformed file (see `read_tsv`) or bad `max_length`.
 
     Example:
         >>> import tempfile

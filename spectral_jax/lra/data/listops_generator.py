@@ -14,7 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from spectral_jax.lra.data.listops import END, NUM_CLASSES, OPERATORS, SPLIT_FILES, tokenize
+from spectral_jax import UsageError, UsageTypeError
+from spectral_jax.lra.data.listops import (
+    END,
+    NUM_CLASSES,
+    OPERATORS,
+    SPLIT_FILES,
+    tokenize,
+)
 from spectral_jax.lra.data.tokens import check_positive_int
 
 _LEAF_PROB = 0.75  # LRA's VALUE_P = 0.25 is the probability of an operator node.
@@ -34,7 +41,7 @@ def evaluate(expression: str) -> int:
         The int value in [0, 9].
 
     Raises:
-        ValueError: on an unknown token, an operator without arguments, a missing or
+        spectral_jax.UsageError: on an unknown token, an operator without arguments, a missing or
             extra `]`, or trailing tokens.
 
     Example:
@@ -43,10 +50,10 @@ def evaluate(expression: str) -> int:
     """
     toks = tokenize(expression)
     if not toks:
-        raise ValueError(f"evaluate: empty expression {expression!r}")
+        raise UsageError(f"evaluate: empty expression {expression!r}")
     value, end = _parse(toks, 0, expression)
     if end != len(toks):
-        raise ValueError(f"evaluate: trailing tokens {toks[end:]} in {expression!r}")
+        raise UsageError(f"evaluate: trailing tokens {toks[end:]} in {expression!r}")
     return value
 
 
@@ -55,16 +62,16 @@ def _parse(toks: list[str], i: int, expression: str) -> tuple[int, int]:
     if tok.isdigit() and len(tok) == 1:
         return int(tok), i + 1
     if tok not in OPERATORS:
-        raise ValueError(f"evaluate: unexpected token {tok!r} at position {i} in {expression!r}")
+        raise UsageError(f"evaluate: unexpected token {tok!r} at position {i} in {expression!r}")
     args: list[int] = []
     i += 1
     while i < len(toks) and toks[i] != END:
         value, i = _parse(toks, i, expression)
         args.append(value)
     if i == len(toks):
-        raise ValueError(f"evaluate: missing ']' for {tok} in {expression!r}")
+        raise UsageError(f"evaluate: missing ']' for {tok} in {expression!r}")
     if not args:
-        raise ValueError(f"evaluate: {tok} has no arguments in {expression!r}")
+        raise UsageError(f"evaluate: {tok} has no arguments in {expression!r}")
     return _apply(tok, args), i + 1
 
 
@@ -239,22 +246,22 @@ def generate(
         "test": check_positive_int("listops.generate", "num_test", num_test),
     }
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"listops.generate: seed must be an int >= 0, got {seed!r}")
+        raise UsageError(f"listops.generate: seed must be an int >= 0, got {seed!r}")
     max_depth = check_positive_int("listops.generate", "max_depth", max_depth)
     max_args = check_positive_int("listops.generate", "max_args", max_args)
     max_length = check_positive_int("listops.generate", "max_length", max_length)
     if max_args < 2:
-        raise ValueError(f"listops.generate: max_args must be >= 2, got {max_args}")
+        raise UsageError(f"listops.generate: max_args must be >= 2, got {max_args}")
     if isinstance(min_length, bool) or not isinstance(min_length, (int, np.integer)):
-        raise TypeError(f"listops.generate: min_length must be an int, got {min_length!r}")
+        raise UsageTypeError(f"listops.generate: min_length must be an int, got {min_length!r}")
     if not 0 <= min_length < max_length - 1:
-        raise ValueError(
+        raise UsageError(
             f"listops.generate: need 0 <= min_length < max_length - 1 (bounds are "
             f"exclusive), got min_length={min_length}, max_length={max_length}"
         )
     longest = _max_tree_length(max_depth, max_args)
     if longest <= min_length:
-        raise ValueError(
+        raise UsageError(
             f"listops.generate: min_length={min_length} is unreachable: trees with "
             f"max_depth={max_depth}, max_args={max_args} have at most {longest} tokens"
         )
@@ -267,7 +274,7 @@ def generate(
     stalled = 0  # draws since the last new distinct tree
     while len(found) < total:
         if stalled > 500_000 or candidates > max(10_000_000, 2000 * total):
-            raise ValueError(
+            raise UsageError(
                 f"listops.generate: only {len(found)} distinct trees of {total} found in "
                 f"{candidates} draws; widen min_length={min_length}..max_length={max_length}"
                 f" or raise max_depth={max_depth} / max_args={max_args}"

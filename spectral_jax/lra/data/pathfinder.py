@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from spectral_jax import UsageError, UsageTypeError, _checks
 from spectral_jax.lra.data._snakes import SnakeParams, draw
 from spectral_jax.lra.data.task import Split, Task
-from spectral_jax import _checks
 from spectral_jax.lra.data.tokens import check_positive_int
 
 VOCAB_SIZE = 256
@@ -65,7 +65,7 @@ def read_metadata(folder: str | os.PathLike) -> list[tuple[Path, int, str]]:
 
     Raises:
         FileNotFoundError: if `folder/metadata` has no `.npy` file.
-        ValueError: on a row with fewer than 4 columns, a label other than 0/1, or an
+        spectral_jax.UsageError: on a row with fewer than 4 columns, a label other than 0/1, or an
             image listed twice (which would break split disjointness); `file:line` named.
 
     Example:
@@ -89,15 +89,15 @@ def read_metadata(folder: str | os.PathLike) -> list[tuple[Path, int, str]]:
                 continue
             where = f"{meta}:{line_num}"
             if len(fields) < 4:
-                raise ValueError(
+                raise UsageError(
                     f"{where}: expected >= 4 space-separated columns (subdir, file, index, "
                     f"label, ...), got {len(fields)}: {line!r:.200}"
                 )
             if fields[3] not in ("0", "1"):
-                raise ValueError(f"{where}: label (column 3) must be 0 or 1, got {fields[3]!r}")
+                raise UsageError(f"{where}: label (column 3) must be 0 or 1, got {fields[3]!r}")
             path = folder / fields[0] / fields[1]
             if path in seen:
-                raise ValueError(f"{where}: image {path} is already listed at {seen[path]}")
+                raise UsageError(f"{where}: image {path} is already listed at {seen[path]}")
             seen[path] = where
             rows.append((path, int(fields[3]), where))
     return rows
@@ -114,14 +114,14 @@ def _read_image(path: Path, where: str, resolution: int) -> np.ndarray:
         with Image.open(path) as img:
             if img.mode.startswith(("I", "F")):
                 # PIL would clip 16-bit or float values to 255, silently whitening the image.
-                raise ValueError(f"{where}: image {path} has {img.mode!r} pixels; Pathfinder "
+                raise UsageError(f"{where}: image {path} has {img.mode!r} pixels; Pathfinder "
                                  "images must be 8-bit (grayscale or RGB)")
             pixels = np.asarray(img.convert("L"))
     except (UnidentifiedImageError, OSError) as err:
         raise UndecodableImageError(f"{where}: cannot decode image {path} ({err}); pass "
                                     "skip_unreadable=True to skip such images") from None
     if pixels.shape != (resolution, resolution):
-        raise ValueError(
+        raise UsageError(
             f"{where}: image {path} is {pixels.shape[1]}x{pixels.shape[0]}, "
             f"expected {resolution}x{resolution}"
         )
@@ -160,7 +160,7 @@ def load(
         4 bytes per pixel, e.g. 13 GB of inputs for 200k Path-X images.
 
     Raises:
-        ValueError: on an unknown difficulty, a malformed metadata row, an undecodable
+        spectral_jax.UsageError: on an unknown difficulty, a malformed metadata row, an undecodable
             image (unless `skip_unreadable`) or an image of the wrong size.
         FileNotFoundError: if the folder is missing (message says how to generate it)
             or a metadata row points to a missing image (metadata file:line named).
@@ -181,7 +181,7 @@ def load(
     for flag, value in (("mask_zero_pixels", mask_zero_pixels),
                         ("skip_unreadable", skip_unreadable)):
         if not isinstance(value, bool):
-            raise TypeError(f"{name}: {flag} must be a bool, got {value!r}")
+            raise UsageTypeError(f"{name}: {flag} must be a bool, got {value!r}")
     folder = _find_dir(Path(data_dir), resolution, difficulty)
     _warn_pathx_once(resolution)
     rows = read_metadata(folder)
@@ -261,10 +261,10 @@ def generate(
     difficulty = _check_difficulty(difficulty)
     resolution = check_positive_int("pathfinder.generate", "resolution", resolution)
     if resolution < 32:
-        raise ValueError(f"pathfinder.generate: resolution must be >= 32, got {resolution}")
+        raise UsageError(f"pathfinder.generate: resolution must be >= 32, got {resolution}")
     num_images = check_positive_int("pathfinder.generate", "num_images", num_images)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"pathfinder.generate: seed must be an int >= 0, got {seed!r}")
+        raise UsageError(f"pathfinder.generate: seed must be an int >= 0, got {seed!r}")
     params = SnakeParams.for_resolution(resolution, DIFFICULTIES[difficulty])
     rng = np.random.default_rng(seed)
     labels = rng.permutation(np.arange(num_images) % 2)

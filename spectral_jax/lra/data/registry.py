@@ -15,7 +15,15 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from spectral_jax.lra.data import image, listops, listops_generator, pathfinder, retrieval, text
+from spectral_jax import UsageError, UsageTypeError
+from spectral_jax.lra.data import (
+    image,
+    listops,
+    listops_generator,
+    pathfinder,
+    retrieval,
+    text,
+)
 from spectral_jax.lra.data.task import Task
 
 # Written next to generated files: the settings that made them.
@@ -62,14 +70,14 @@ def get_task_spec(name: str) -> TaskSpec:
     """The :class:`TaskSpec` of ``name``.
 
     Raises:
-        ValueError: if `name` is not in `TASKS` (the message lists them).
+        spectral_jax.UsageError: if `name` is not in `TASKS` (the message lists them).
 
     Example:
         >>> get_task_spec("pathx").title
         'Path-X'
     """
     if name not in _REGISTRY:
-        raise ValueError(f"unknown task {name!r}; allowed: {', '.join(TASKS)}")
+        raise UsageError(f"unknown task {name!r}; allowed: {', '.join(TASKS)}")
     return _REGISTRY[name]
 
 
@@ -77,7 +85,7 @@ def task_options(name: str) -> dict[str, object]:
     """The options `load_task(name, ...)` accepts, with their defaults.
 
     Raises:
-        ValueError: if `name` is not in `TASKS`.
+        spectral_jax.UsageError: if `name` is not in `TASKS`.
 
     Example:
         >>> task_options("listops")
@@ -106,8 +114,8 @@ def load_task(name: str, data_dir: str | os.PathLike, **options: object) -> Task
         `Task` with "train", "validation" and "test" splits of fixed-shape arrays.
 
     Raises:
-        ValueError: unknown task name, or bad data/option values.
-        TypeError: an option the task does not accept (named in the message).
+        spectral_jax.UsageError: unknown task name, or bad data/option values.
+        spectral_jax.UsageTypeError: an option the task does not accept (named in the message).
         FileNotFoundError: missing data; the message says where to put it or which
             `spectral-jax data ...` command generates it.
 
@@ -122,7 +130,7 @@ def load_task(name: str, data_dir: str | os.PathLike, **options: object) -> Task
     allowed = task_options(name)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise TypeError(
+        raise UsageTypeError(
             f"load_task({name!r}): unknown option(s) {', '.join(unknown)}; allowed: "
             f"{', '.join(allowed) or 'none'}"
         )
@@ -157,7 +165,7 @@ def prepare_data(
         Whether data was generated.
 
     Raises:
-        ValueError: ``settings`` for a task without a generator, or ``data_dir`` holding data
+        spectral_jax.UsageError: ``settings`` for a task without a generator, or ``data_dir`` holding data
           generated with other settings.
 
     Example:
@@ -174,7 +182,7 @@ def prepare_data(
     spec = get_task_spec(name)
     if spec.generate is None:
         makers = [s.name for s in _SPECS if s.generate is not None]
-        raise ValueError(f"{label} is set but task {name!r} has no generator (tasks with one: "
+        raise UsageError(f"{label} is set but task {name!r} has no generator (tasks with one: "
                          f"{', '.join(makers)}); download its data instead")
     settings = dict(settings)
     record = os.path.join(data_dir, GENERATED_FILE)
@@ -192,7 +200,7 @@ def prepare_data(
         if made != settings:
             first = next(k for k in sorted(set(made) | set(settings))
                          if made.get(k, "<missing>") != settings.get(k, "<missing>"))
-            raise ValueError(
+            raise UsageError(
                 f"data.dir={os.fspath(data_dir)!r} holds {spec.title} generated with different "
                 f"settings ({label}.{first}: {made.get(first, '<missing>')!r} there, "
                 f"{settings.get(first, '<missing>')!r} now); use another data.dir or delete "

@@ -11,8 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from spectral_jax import UsageError
 from spectral_jax.lra.data.task import Split, Task
-from spectral_jax.lra.data.tokens import BYTE_VOCAB_SIZE, check_positive_int, encode_bytes, pack
+from spectral_jax.lra.data.tokens import (
+    BYTE_VOCAB_SIZE,
+    check_positive_int,
+    encode_bytes,
+    pack,
+)
 
 SPLIT_FILES = {
     "train": "new_aan_pairs.train.tsv",
@@ -45,7 +51,7 @@ def read_tsv(path: str | os.PathLike) -> tuple[list[np.ndarray], list[np.ndarray
 
     Raises:
         FileNotFoundError: if `path` does not exist.
-        ValueError: on a row without exactly 5 fields, a label other than 0/1, or an
+        spectral_jax.UsageError: on a row without exactly 5 fields, a label other than 0/1, or an
             empty text; the message gives `path:line`.
 
     Example:
@@ -70,7 +76,7 @@ def read_tsv(path: str | os.PathLike) -> tuple[list[np.ndarray], list[np.ndarray
                 continue
             fields = line.split(b"\t")
             if len(fields) != 5:
-                raise ValueError(
+                raise UsageError(
                     f"{where}: expected 5 tab-separated fields (label, id1, id2, text1, "
                     f"text2), got {len(fields)}"
                 )
@@ -79,9 +85,9 @@ def read_tsv(path: str | os.PathLike) -> tuple[list[np.ndarray], list[np.ndarray
             except ValueError:
                 label = -1.0
             if label not in (0.0, 1.0):
-                raise ValueError(f"{where}: label must be 0 or 1, got {fields[0][:50]!r}")
+                raise UsageError(f"{where}: label must be 0 or 1, got {fields[0][:50]!r}")
             if not fields[3] or not fields[4]:
-                raise ValueError(f"{where}: text1 and text2 must be non-empty")
+                raise UsageError(f"{where}: text1 and text2 must be non-empty")
             firsts.append(encode_bytes(fields[3]))
             seconds.append(encode_bytes(fields[4]))
             labels.append(int(label))
@@ -105,7 +111,7 @@ def load(data_dir: str | os.PathLike, *, max_length: int = 4000) -> Task:
 
     Raises:
         FileNotFoundError: if a split file is missing.
-        ValueError: on a malformed row (see `read_tsv`) or bad `max_length`.
+        spectral_jax.UsageError: on a malformed row (see `read_tsv`) or bad `max_length`.
 
     Example:
         >>> import pathlib, tempfile

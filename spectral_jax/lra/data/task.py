@@ -7,6 +7,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from spectral_jax import UsageError, UsageTypeError
+
 SPLIT_NAMES = ("train", "validation", "test")
 
 
@@ -22,8 +24,8 @@ class Split:
         labels: int32 [N] class ids.
 
     Raises:
-        TypeError: if an array has the wrong dtype.
-        ValueError: if the shapes disagree or `inputs` is not 2-D/3-D.
+        spectral_jax.UsageTypeError: if an array has the wrong dtype.
+        spectral_jax.UsageError: if the shapes disagree or `inputs` is not 2-D/3-D.
 
     Example:
         >>> import numpy as np
@@ -41,24 +43,24 @@ class Split:
         for name, want in (("inputs", np.int32), ("mask", np.bool_), ("labels", np.int32)):
             got = getattr(self, name)
             if not isinstance(got, np.ndarray) or got.dtype != want:
-                raise TypeError(
+                raise UsageTypeError(
                     f"Split.{name} must be a numpy array of dtype {np.dtype(want).name}, "
                     f"got {type(got).__name__} {getattr(got, 'dtype', '')}"
                 )
         if self.inputs.ndim not in (2, 3):
-            raise ValueError(
+            raise UsageError(
                 f"Split.inputs must be [N, L] or [N, 2, L], got shape {self.inputs.shape}"
             )
         if self.mask.shape != self.inputs.shape:
-            raise ValueError(
+            raise UsageError(
                 f"Split.mask shape {self.mask.shape} != inputs shape {self.inputs.shape}"
             )
         if self.labels.shape != self.inputs.shape[:1]:
-            raise ValueError(
+            raise UsageError(
                 f"Split.labels shape {self.labels.shape} must be ({self.inputs.shape[0]},)"
             )
         if self.labels.size and self.labels.min() < 0:
-            raise ValueError(f"Split.labels must be >= 0, got minimum {self.labels.min()}")
+            raise UsageError(f"Split.labels must be >= 0, got minimum {self.labels.min()}")
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -98,11 +100,11 @@ class Task:
 
     def __post_init__(self) -> None:
         if set(self.splits) != set(SPLIT_NAMES):
-            raise ValueError(f"Task.splits must have keys {SPLIT_NAMES}, got {tuple(self.splits)}")
+            raise UsageError(f"Task.splits must have keys {SPLIT_NAMES}, got {tuple(self.splits)}")
         want_ndim = 3 if self.dual else 2
         for key, split in self.splits.items():
             if split.inputs.ndim != want_ndim or split.inputs.shape[-1] != self.max_length:
-                raise ValueError(
+                raise UsageError(
                     f"Task {self.name!r} split {key!r}: inputs shape {split.inputs.shape} does "
                     f"not match dual={self.dual}, max_length={self.max_length}"
                 )
@@ -122,7 +124,7 @@ def majority_baseline(split: Split) -> float:
         A float in (0, 1].
 
     Raises:
-        ValueError: if the split is empty.
+        spectral_jax.UsageError: if the split is empty.
 
     Example:
         >>> import numpy as np
@@ -132,6 +134,6 @@ def majority_baseline(split: Split) -> float:
         0.75
     """
     if len(split) == 0:
-        raise ValueError("majority_baseline: split is empty (N=0); it has no majority label")
+        raise UsageError("majority_baseline: split is empty (N=0); it has no majority label")
     counts = np.bincount(split.labels)
     return float(counts.max() / len(split))

@@ -11,8 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from spectral_jax import UsageError, UsageTypeError
 from spectral_jax.lra.data.task import Split, Task
-from spectral_jax.lra.data.tokens import BYTE_VOCAB_SIZE, check_positive_int, encode_bytes, pack
+from spectral_jax.lra.data.tokens import (
+    BYTE_VOCAB_SIZE,
+    check_positive_int,
+    encode_bytes,
+    pack,
+)
 
 CLASSES = ("neg", "pos")  # label 0 = negative, 1 = positive (as tfds imdb_reviews).
 
@@ -39,7 +45,7 @@ def read_split(folder: str | os.PathLike) -> tuple[list[np.ndarray], np.ndarray,
 
     Raises:
         FileNotFoundError: if `neg/` or `pos/` is missing or holds no `.txt` file.
-        ValueError: if a review file is empty (it would be an all-padding row).
+        spectral_jax.UsageError: if a review file is empty (it would be an all-padding row).
 
     Example:
         >>> import pathlib, tempfile
@@ -62,7 +68,7 @@ def read_split(folder: str | os.PathLike) -> tuple[list[np.ndarray], np.ndarray,
         for path in files:
             data = path.read_bytes()
             if not data:
-                raise ValueError(f"IMDB: empty review file {path}")
+                raise UsageError(f"IMDB: empty review file {path}")
             seqs.append(encode_bytes(data))
             labels.append(label)
             paths.append(path)
@@ -110,11 +116,11 @@ def load(
     """
     max_length = check_positive_int("text", "max_length", max_length)
     if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)):
-        raise TypeError(f"text: val_fraction must be a float, got {val_fraction!r}")
+        raise UsageTypeError(f"text: val_fraction must be a float, got {val_fraction!r}")
     if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"text: val_fraction must be in [0, 1), got {val_fraction}")
+        raise UsageError(f"text: val_fraction must be in [0, 1), got {val_fraction}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"text: seed must be an int, got {seed!r}")
+        raise UsageTypeError(f"text: seed must be an int, got {seed!r}")
     root = _find_root(Path(data_dir))
     train_seqs, train_labels, _ = read_split(root / "train")
     test_seqs, test_labels, _ = read_split(root / "test")

@@ -55,8 +55,8 @@ def check_positive_int(owner: str, name: str, value: object) -> int:
     """Returns `value` as int, or raises naming `owner` and `name` (see `spectral_jax._checks`).
 
     Raises:
-        TypeError: if `value` is not an int (a bool or a float also counts as a ValueError).
-        ValueError: if `value` < 1.
+        spectral_jax.UsageTypeError: if `value` is not an int (a bool or a float also counts as a ValueError).
+        spectral_jax.UsageError: if `value` < 1.
 
     Example:
         >>> check_positive_int("text", "max_length", 4000)

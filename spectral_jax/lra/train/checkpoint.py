@@ -10,6 +10,7 @@ import jax
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from spectral_jax import UsageError
 from spectral_jax.lra.train.writers import _jsonable
 
 BEST_METRIC = "val_accuracy"
@@ -43,7 +44,7 @@ class Checkpointer:
         keep: how many recent checkpoints to keep (>= 1).
 
     Raises:
-        ValueError: if ``keep`` < 1.
+        spectral_jax.UsageError: if ``keep`` < 1.
 
     Example:
         >>> import tempfile
@@ -55,7 +56,7 @@ class Checkpointer:
 
     def __init__(self, directory: str, *, keep: int) -> None:
         if not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"train.keep_checkpoints={keep!r} must be an int >= 1")
+            raise UsageError(f"train.keep_checkpoints={keep!r} must be an int >= 1")
         directory = os.path.abspath(directory)
         _set_aside_incomplete(directory)
         metric = lambda metrics: metrics[BEST_METRIC]  # noqa: E731

@@ -11,7 +11,7 @@ from typing import Any
 import ml_collections
 from ml_collections import config_dict
 
-from spectral_jax import _checks
+from spectral_jax import UsageError, _checks
 from spectral_jax.lra.data.registry import TASKS, task_options
 
 PROTOCOLS = ("lra", "small", "quick")
@@ -46,7 +46,7 @@ def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
         A ConfigDict with every default key.
 
     Raises:
-        ValueError: for a key that is not one of ``defaults`` or a value of the wrong type.
+        spectral_jax.UsageError: for a key that is not one of ``defaults`` or a value of the wrong type.
 
     Example:
         >>> parse_arg("attention=nystrom,quick", attention="softmax", quick=False).quick
@@ -57,13 +57,13 @@ def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if key not in defaults:
-            raise ValueError(
+            raise UsageError(
                 f"config argument {key!r} (in {arg!r}) is unknown; allowed: {sorted(defaults)}"
             )
         default = defaults[key]
         if not sep:
             if not isinstance(default, bool):
-                raise ValueError(f"config argument {key!r} needs a value, e.g. {key}={default}")
+                raise UsageError(f"config argument {key!r} needs a value, e.g. {key}={default}")
             result[key] = True
             continue
         result[key] = _convert(key, raw.strip(), default)
@@ -73,14 +73,14 @@ def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
 def _convert(key: str, raw: str, default: Any) -> Any:
     if isinstance(default, bool):
         if raw.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"config argument {key}={raw!r}: expected true or false")
+            raise UsageError(f"config argument {key}={raw!r}: expected true or false")
         return raw.lower() in ("true", "1")
     for kind in (int, float):
         if isinstance(default, kind):
             try:
                 return kind(raw)
             except ValueError:
-                raise ValueError(
+                raise UsageError(
                     f"config argument {key}={raw!r}: expected {kind.__name__}"
                 ) from None
     return raw
@@ -98,7 +98,7 @@ def attention_kwargs(attention: str, max_length: int | None = None,
         choices: a preset's values replacing the registry defaults (capped the same way).
 
     Raises:
-        ValueError: for an unknown method name.
+        spectral_jax.UsageError: for an unknown method name.
 
     Example:
         >>> attention_kwargs("nystrom", max_length=48)["num_landmarks"]
@@ -107,7 +107,7 @@ def attention_kwargs(attention: str, max_length: int | None = None,
     from spectral_jax import attention as attention_lib
 
     if attention not in attention_lib.ATTENTIONS:
-        raise ValueError(
+        raise UsageError(
             f"attention={attention!r} is unknown; known methods: "
             f"{sorted(attention_lib.available_attentions())}"
         )
@@ -151,7 +151,7 @@ def build_config(
         An unlocked ConfigDict.
 
     Raises:
-        ValueError: for an unknown task, protocol or attention method.
+        spectral_jax.UsageError: for an unknown task, protocol or attention method.
 
     Example:
         >>> cfg = build_config(task="listops", protocol="quick", attention="softmax", seed=0,
@@ -176,7 +176,7 @@ def build_config(
     defaults = model_defaults()
     unknown = sorted(set(model) - set(defaults))
     if unknown:
-        raise ValueError(f"build_config: model has {unknown}, which are not TransformerConfig "
+        raise UsageError(f"build_config: model has {unknown}, which are not TransformerConfig "
                          f"fields (allowed: {sorted(defaults)})")
     cfg.model = ml_collections.ConfigDict(_typed({**defaults, **model}, model_types()))
     cfg.model.attention = attention
@@ -255,9 +255,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         config: a config built by :func:`build_config` (possibly with overrides).
 
     Raises:
-        ValueError: unknown task, protocol, attention method, schedule, pooling or positional
+        spectral_jax.UsageError: unknown task, protocol, attention method, schedule, pooling or positional
           encoding; a non-positive step count, batch size or interval; missing sections.
-        TypeError: a value of the wrong kind (a string step count); see
+        spectral_jax.UsageTypeError: a value of the wrong kind (a string step count); see
           :mod:`spectral_jax._checks` for the rule.
 
     Example:
@@ -265,13 +265,13 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         ...     seed=0, data={"dir": "d"}, model={}, train={}))
     """
     from spectral_jax import attention as attention_lib
+    from spectral_jax.lra.train.optim import SCHEDULES
     from spectral_jax.nn._attention import allowed_attention_kwargs
     from spectral_jax.nn._config import check_fields
-    from spectral_jax.lra.train.optim import SCHEDULES
 
     for section in ("data", "model", "train"):
         if section not in config:
-            raise ValueError(f"config has no {section!r} section; build it with build_config()")
+            raise UsageError(f"config has no {section!r} section; build it with build_config()")
     _checks.choice(_OWNER, "task", config.task, TASKS)
     _checks.choice(_OWNER, "protocol", config.protocol, PROTOCOLS)
     _checks.choice(_OWNER, "model.attention", config.model.attention,
@@ -289,7 +289,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     allowed = allowed_attention_kwargs(model.attention)
     unknown = sorted(set(model.attention_kwargs.to_dict()) - allowed)
     if unknown:
-        raise ValueError(
+        raise UsageError(
             f"model.attention_kwargs has {unknown}, which attention={model.attention!r} does not "
             f"take (allowed: {sorted(allowed)}). To switch a preset to another method, use the "
             f"config argument, e.g. configs/lra/{config.task}.py:attention={model.attention}, "
@@ -310,15 +310,15 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
 def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:
     causal = model.get("is_causal", False)
     if not isinstance(causal, bool):
-        raise ValueError(f"model.is_causal={causal!r} must be a bool")
+        raise UsageError(f"model.is_causal={causal!r} must be a bool")
     if spec.causal_only and not causal:
-        raise ValueError(
+        raise UsageError(
             f"attention={spec.name!r} is causal only: set model.is_causal=True (the "
             f"configs/lra presets do it) with model.pooling='mean'")
     if causal and not spec.supports_causal:
-        raise ValueError(f"model.is_causal=True but attention={spec.name!r} has no causal form")
+        raise UsageError(f"model.is_causal=True but attention={spec.name!r} has no causal form")
     if causal and model.pooling == "cls":
-        raise ValueError(
+        raise UsageError(
             "model.is_causal=True with model.pooling='cls': the CLS token at position 0 would "
             "see only itself; use model.pooling='mean'")
 
@@ -344,7 +344,7 @@ def from_presets(
         The config.
 
     Raises:
-        ValueError: unknown argument key, protocol or attention method.
+        spectral_jax.UsageError: unknown argument key, protocol or attention method.
 
     Example:
         >>> p = {"quick": {"data": {"dir": "d"}, "model": {"max_length": 64}, "train": {}}}
@@ -355,7 +355,7 @@ def from_presets(
     a = parse_arg(arg, attention="spectral_shift", protocol="lra", quick=False, seed=0)
     protocol = "quick" if a.quick else a.protocol
     if protocol not in presets:
-        raise ValueError(
+        raise UsageError(
             f"protocol={protocol!r} is unknown for task {task!r}; allowed: {sorted(presets)}"
         )
     preset = presets[protocol]

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from spectral_jax import _checks
+from spectral_jax import UsageError, _checks
 
 DATA_AXIS = "data"
 
@@ -64,7 +64,7 @@ def _env_int(name: str) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"environment variable {name} must be an int; got {raw!r}") from None
+        raise UsageError(f"environment variable {name} must be an int; got {raw!r}") from None
 
 
 def make_mesh(devices: list[jax.Device] | None = None) -> jax.sharding.Mesh:
@@ -102,7 +102,7 @@ def check_batch_size(name: str, batch_size: int, mesh: jax.sharding.Mesh) -> Non
     what = (f"a positive multiple of the device count {n} (data parallelism splits every "
             "batch evenly over the devices)")
     if _checks.positive_int("config", name, batch_size) % n:
-        raise ValueError(_checks.message("config", name, what, batch_size))
+        raise UsageError(_checks.message("config", name, what, batch_size))
 
 
 def global_batch(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 
 import ml_collections
 
-from spectral_jax import _checks
+from spectral_jax import UsageError, _checks
 
 EXTENSIONS_FILE = "extensions.json"
 # results.json figures an extension keeps from the run it continues.
@@ -41,7 +41,7 @@ def check_extension(workdir: str, config: ml_collections.ConfigDict) -> int:
 
     Raises:
         FileNotFoundError: no run in ``workdir``.
-        ValueError: ``config.train.steps`` below the recorded value, or another field differs.
+        spectral_jax.UsageError: ``config.train.steps`` below the recorded value, or another field differs.
 
     Example:
         >>> import tempfile
@@ -60,14 +60,14 @@ def check_extension(workdir: str, config: ml_collections.ConfigDict) -> int:
         from_steps = json.load(f)["train"]["steps"]
     steps = config.train.steps
     if steps < from_steps:
-        raise ValueError(_checks.message(
+        raise UsageError(_checks.message(
             "extend", "train.steps", f">= {from_steps}, the train.steps of the run in "
             f"workdir={workdir!r} (an extension adds steps)", steps))
     same_steps = ml_collections.ConfigDict(config.to_dict())
     same_steps.train.steps = from_steps
     why = config_mismatch(workdir, same_steps)
     if why is not None:
-        raise ValueError(
+        raise UsageError(
             f"extend: workdir={workdir!r} holds a run whose config differs in more than "
             f"train.steps ({why}); an extension changes train.steps alone")
     return int(from_steps)

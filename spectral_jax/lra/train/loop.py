@@ -24,6 +24,7 @@ from spectral_jax.lra.train import extend as extend_lib
 from spectral_jax.lra.train import run as run_lib
 from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
 from spectral_jax.lra.train.progress import Reporter
+
 # Re-exported: the run's files and set-up have lived here since the first release.
 from spectral_jax.lra.train.run import (  # noqa: F401
     CHECKPOINT_DIR,
@@ -80,10 +81,10 @@ def train_and_evaluate(
         ``extensions`` (``[]`` unless extended) and the resolved ``config``.
 
     Raises:
-        ValueError: invalid config (unknown task, method or protocol; batch size not divisible
+        spectral_jax.UsageError: invalid config (unknown task, method or protocol; batch size not divisible
           by the device count; ...), or ``workdir`` holding a different config. Raised before
           anything is compiled.
-        TypeError: a config value of the wrong kind (see :mod:`spectral_jax._checks`).
+        spectral_jax.UsageTypeError: a config value of the wrong kind (see :mod:`spectral_jax._checks`).
         FileNotFoundError: the task's data directory is missing (the message says how to get it).
         TrainingDiverged: the loss became non-finite (the message names the step).
         TrainingInterrupted: SIGINT or SIGTERM; the step it names is checkpointed.
@@ -305,7 +306,7 @@ def evaluate_checkpoint(
 
     Raises:
         FileNotFoundError: no run or no checkpoint in ``workdir``, or the data is missing.
-        ValueError: an unknown ``split`` or ``checkpoint`` value.
+        spectral_jax.UsageError: an unknown ``split`` or ``checkpoint`` value.
 
     Example:
         ``spectral-jax eval --workdir runs/x --checkpoint latest`` prints

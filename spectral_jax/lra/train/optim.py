@@ -33,7 +33,7 @@ def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
         ``step (int32 scalar) -> learning rate (float32 scalar)``.
 
     Raises:
-        ValueError: for an unknown schedule name or a negative warmup.
+        spectral_jax.UsageError: for an unknown schedule name or a negative warmup.
 
     Example:
         >>> import ml_collections
@@ -84,7 +84,7 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
         An optax transformation.
 
     Raises:
-        ValueError: for a non-positive learning rate or clip norm.
+        spectral_jax.UsageError: for a non-positive learning rate or clip norm.
 
     Example:
         >>> import ml_collections

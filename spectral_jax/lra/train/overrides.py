@@ -26,6 +26,7 @@ from typing import Any
 import ml_collections
 from ml_collections.config_flags import config_path
 
+from spectral_jax import UsageError
 from spectral_jax.lra.train import config_lib
 
 _KWARGS = "model.attention_kwargs."
@@ -38,7 +39,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str]
     """Applies ``"a.b=VALUE"`` overrides to ``config`` (in place) and returns it.
 
     Raises:
-        ValueError: a malformed override, a field the config does not have (with the nearest
+        spectral_jax.UsageError: a malformed override, a field the config does not have (with the nearest
           names, or the ``model.attention_kwargs.`` path of a method parameter), a value its
           field's type cannot take, or a method parameter the final method does not take.
 
@@ -79,7 +80,7 @@ def parse_value(key: str, raw: str, kind: type) -> Any:
     if kind is bool:
         if lowered in _BOOLS:
             return _BOOLS[lowered]
-        raise ValueError(f"--config.{key}={raw}: {key} is a bool field; expected true or false")
+        raise UsageError(f"--config.{key}={raw}: {key} is a bool field; expected true or false")
     if kind in (int, float):
         try:
             number = float(raw) if kind is float else int(raw)
@@ -87,14 +88,14 @@ def parse_value(key: str, raw: str, kind: type) -> Any:
             number = _integral(raw) if kind is int else None
         if number is None:
             article, example = ("an", "100") if kind is int else ("a", "0.001")
-            raise ValueError(f"--config.{key}={raw}: {key} is {article} {kind.__name__} field; "
+            raise UsageError(f"--config.{key}={raw}: {key} is {article} {kind.__name__} field; "
                              f"expected a number such as {example}")
         return number
     value = _literal(raw)
     container = dict if isinstance(kind, type) and issubclass(kind, ml_collections.ConfigDict) \
         else kind
     if container in (tuple, list, dict) and not isinstance(value, container):
-        raise ValueError(f"--config.{key}={raw}: {key} is a {container.__name__} field; "
+        raise UsageError(f"--config.{key}={raw}: {key} is a {container.__name__} field; "
                          f"expected a Python {container.__name__} literal")
     return value
 
@@ -152,7 +153,7 @@ def resolve_attention(config: ml_collections.ConfigDict, *, attention: str,
 def _split(item: str) -> tuple[str, str]:
     key, sep, raw = item.partition("=")
     if not sep or not key:
-        raise ValueError(f"--config.{item}: expected --config.FIELD=VALUE")
+        raise UsageError(f"--config.{item}: expected --config.FIELD=VALUE")
     return key, raw
 
 
@@ -160,12 +161,12 @@ def _set(config: ml_collections.ConfigDict, key: str, raw: str) -> None:
     try:
         kind = config_path.get_type(key, config)
     except _MISSING:
-        raise ValueError(_unknown_field(config, key)) from None
+        raise UsageError(_unknown_field(config, key)) from None
     value = parse_value(key, raw, kind)
     try:
         config_path.set_value(key, config, value)
     except TypeError as e:
-        raise ValueError(f"--config.{key}={raw}: {e}") from None
+        raise UsageError(f"--config.{key}={raw}: {e}") from None
 
 
 def _set_method_parameter(config: ml_collections.ConfigDict, key: str, raw: str) -> None:
@@ -174,14 +175,14 @@ def _set_method_parameter(config: ml_collections.ConfigDict, key: str, raw: str)
 
     name, attention = key[len(_KWARGS):], config.model.attention
     if attention not in ATTENTIONS:
-        raise ValueError(f"--config.model.attention={attention!r} is unknown; known methods: "
+        raise UsageError(f"--config.model.attention={attention!r} is unknown; known methods: "
                          f"{sorted(ATTENTIONS)}")
     allowed = allowed_attention_kwargs(attention)
     if name not in allowed:
         takers = _methods_taking(name)
         hint = (f"; {name!r} is a parameter of {takers}: add --config.model.attention="
                 f"{takers[0]}" if takers else "")
-        raise ValueError(f"--config.{key}: attention={attention!r} takes no {name!r} "
+        raise UsageError(f"--config.{key}: attention={attention!r} takes no {name!r} "
                          f"(its parameters: {sorted(allowed)}){hint}")
     current = config.model.attention_kwargs.get(name)
     default = current if current is not None else _parameter_default(attention, name)

@@ -22,14 +22,14 @@ import jax
 import ml_collections
 from flax import nnx
 
-from spectral_jax import _checks
+from spectral_jax import UsageError, _checks
 from spectral_jax.lra import data as data_lib
-from spectral_jax.nn import TransformerConfig
 from spectral_jax.lra.train import checkpoint as checkpoint_lib
 from spectral_jax.lra.train import distributed, optim
 from spectral_jax.lra.train import extend as extend_lib
 from spectral_jax.lra.train import steps as steps_lib
 from spectral_jax.lra.train.config_lib import validate_config
+from spectral_jax.nn import TransformerConfig
 
 CONFIG_FILE = "config.json"
 RESULTS_FILE = "results.json"
@@ -156,7 +156,7 @@ def load_task(config: ml_collections.ConfigDict, *, is_main: bool = True) -> dat
 
     Raises:
         FileNotFoundError: no data in ``data.dir`` (the message says how to get it).
-        ValueError: ``data.generate`` for a task without a generator; data generated with
+        spectral_jax.UsageError: ``data.generate`` for a task without a generator; data generated with
           other settings; an empty split.
     """
     cfg = config.data
@@ -176,7 +176,7 @@ def load_task(config: ml_collections.ConfigDict, *, is_main: bool = True) -> dat
         ) from e
     for name, split in task.splits.items():
         if not len(split):
-            raise ValueError(f"the {name} split in data.dir={cfg.dir!r} has no examples")
+            raise UsageError(f"the {name} split in data.dir={cfg.dir!r} has no examples")
     return task
 
 
@@ -189,7 +189,7 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str, *, training: bool
     distributed.check_batch_size("train.eval_batch_size", eval_batch_size, mesh)
     optim.make_optimizer(config)  # raises on bad optimizer settings before any work
     if extend and overwrite:
-        raise ValueError("extend and overwrite exclude each other: --extend continues the run "
+        raise UsageError("extend and overwrite exclude each other: --extend continues the run "
                          "in --workdir, --overwrite deletes it")
     extends = extend_lib.check_extension(workdir, config) if training and extend else None
     if training and not overwrite and extends is None:
@@ -292,7 +292,7 @@ def restore_for_evaluation(
 
     Raises:
         FileNotFoundError: no run or no checkpoint in ``workdir``, or the data is missing.
-        ValueError: a ``checkpoint`` that is none of the above.
+        spectral_jax.UsageError: a ``checkpoint`` that is none of the above.
     """
     config = read_config(workdir)
     validate_config(config)
@@ -303,7 +303,7 @@ def restore_for_evaluation(
             wanted = int(checkpoint)
         except (TypeError, ValueError):
             run.checkpoints.close()
-            raise ValueError(_checks.message("restore_for_evaluation", "checkpoint",
+            raise UsageError(_checks.message("restore_for_evaluation", "checkpoint",
                                              CHECKPOINT_CHOICES, checkpoint)) from None
     with jax.set_mesh(run.mesh):
         try:
@@ -350,7 +350,7 @@ def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
             extend = f", or --extend to continue it to train.steps={config.train.steps}"
         except ValueError:
             pass
-        raise ValueError(
+        raise UsageError(
             f"workdir={workdir!r} holds a run with a different config "
             f"({why}); use another --workdir, or --overwrite to delete that run{extend}"
         )

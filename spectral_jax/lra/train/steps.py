@@ -16,6 +16,7 @@ import ml_collections
 import optax
 from flax import nnx
 
+from spectral_jax import UsageError
 from spectral_jax.nn import TransformerConfig
 
 # Model fields that model_config resolves itself (from the data, or converted); every other
@@ -40,7 +41,7 @@ def model_config(config: ml_collections.ConfigDict, task: Any) -> TransformerCon
         The model configuration.
 
     Raises:
-        ValueError: when a set value does not fit the data, or for an unknown dtype.
+        spectral_jax.UsageError: when a set value does not fit the data, or for an unknown dtype.
 
     Example:
         >>> import types, ml_collections
@@ -56,20 +57,20 @@ def model_config(config: ml_collections.ConfigDict, task: Any) -> TransformerCon
     for name, have in (("vocab_size", task.vocab_size), ("max_length", task.max_length)):
         want = m[name]
         if want is not None and want < have:
-            raise ValueError(
+            raise UsageError(
                 f"model.{name}={want} is smaller than the data's {name}={have} "
                 f"(data.dir={config.data.dir!r}); set it to >= {have} or None"
             )
         resolved[name] = have if want is None else want
     if m.num_classes is not None and m.num_classes != task.num_classes:
-        raise ValueError(
+        raise UsageError(
             f"model.num_classes={m.num_classes} differs from the data's num_classes="
             f"{task.num_classes}; set it to {task.num_classes} or None"
         )
     try:
         dtype = jnp.dtype(m.dtype)
     except TypeError:
-        raise ValueError(f"model.dtype={m.dtype!r} is not a dtype name (e.g. 'float32')") from None
+        raise UsageError(f"model.dtype={m.dtype!r} is not a dtype name (e.g. 'float32')") from None
     return TransformerConfig(
         num_classes=task.num_classes,
         dtype=dtype,

@@ -9,6 +9,7 @@ with ``FILE:ARG,attention=<method>`` (so the method brings its own defaults) and
 checkpoint, and a failed run (config error, NaN, crash) is recorded in its folder's
 ``failed.json`` with the reason, without stopping the others; the next sweep retries it. At
 the end ``DIR/table.md``, ``DIR/table.json`` and ``DIR/accuracy_vs_throughput.png`` are written
+from spectral_jax import UsageError
 from the run folders alone, so ``spectral-jax table DIR/*`` reproduces them.
 
 By default each run is its own process: an out-of-memory kill, a segfault or an XLA abort then
@@ -65,7 +66,7 @@ def parse_methods(spec: str) -> tuple[str, ...]:
     """``"all"`` or ``"a,b,..."`` -> registered method names, in the given order.
 
     Raises:
-        ValueError: an unknown or empty name (the message lists the registered ones).
+        spectral_jax.UsageError: an unknown or empty name (the message lists the registered ones).
 
     Example:
         >>> parse_methods("nystrom, softmax")
@@ -81,7 +82,7 @@ def parse_methods(spec: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in spec.split(",")))
     for name in names:
         if name not in known:
-            raise ValueError(
+            raise UsageError(
                 f"--attention: {name!r} is not a registered method; known: "
                 f"{', '.join(known)} (or 'all')"
             )
@@ -100,7 +101,7 @@ def plan(config: str, methods: tuple[str, ...], seeds: list[int], workdir: str,
         overrides: ``a.b=VALUE`` for every run; ``seed`` is the sweep's.
 
     Raises:
-        ValueError: ``ARG`` or an override already sets the method or the seed, no seeds, or
+        spectral_jax.UsageError: ``ARG`` or an override already sets the method or the seed, no seeds, or
           repeated seeds.
 
     Example:
@@ -110,16 +111,16 @@ def plan(config: str, methods: tuple[str, ...], seeds: list[int], workdir: str,
     path, _, arg = config.partition(":")
     for item in filter(None, (p.strip() for p in arg.split(","))):
         if item.partition("=")[0].strip() in ("attention", "seed"):
-            raise ValueError(
+            raise UsageError(
                 f"--config {config!r} sets {item!r}; the sweep sets the method (--attention) and "
                 "the seed (--seeds) of each run itself"
             )
     for override in overrides:
         if override.partition("=")[0] in ("seed", "model.attention"):
-            raise ValueError(f"--config.{override}: the sweep sets this per run (--attention, "
+            raise UsageError(f"--config.{override}: the sweep sets this per run (--attention, "
                              "--seeds)")
     if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds {seeds}: give one or more distinct ints")
+        raise UsageError(f"--seeds {seeds}: give one or more distinct ints")
     runs = []
     for method in methods:
         spec = f"{path}:{arg + ',' if arg else ''}attention={method}"
@@ -156,7 +157,7 @@ def run_sweep(
         ``failed``.
 
     Raises:
-        ValueError: bad arguments (see :func:`plan`), or run folders holding another config.
+        spectral_jax.UsageError: bad arguments (see :func:`plan`), or run folders holding another config.
         KeyboardInterrupt: passed on; the next sweep resumes where this one stopped. On
           SIGINT or SIGTERM the running run gets the signal, saves and stops, and the sweep
           raises :class:`spectral_jax.lra.train.interrupt.Interrupted` after it.
@@ -178,7 +179,7 @@ def run_sweep(
              and (why := config_mismatch(run.workdir, configs[run.name]))]
     if stale and not overwrite:
         names = "; ".join(f"{r.workdir} ({why})" for r, why in stale)
-        raise ValueError(f"run folders hold runs with a different config: {names}. Use another "
+        raise UsageError(f"run folders hold runs with a different config: {names}. Use another "
                          "--workdir, or --overwrite to replace them")
     replace = {r.name for r, _ in stale}
     os.makedirs(workdir, exist_ok=True)

@@ -15,6 +15,7 @@ import os
 import statistics
 from typing import Any
 
+from spectral_jax import UsageError
 from spectral_jax.lra.data.registry import TASKS, TITLES
 from spectral_jax.lra.train.table_labels import run_label
 
@@ -165,7 +166,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
         The Markdown text.
 
     Raises:
-        ValueError: if ``results`` is empty.
+        spectral_jax.UsageError: if ``results`` is empty.
 
     Example:
         >>> r = {"run": "a", "task": "listops", "attention": "softmax", "protocol": "quick",
@@ -175,7 +176,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
         | softmax (quick) | 50.00 | 50.00 |
     """
     if not results:
-        raise ValueError("results is empty: give at least one run directory")
+        raise UsageError("results is empty: give at least one run directory")
     finished = [r for r in results if not r.get("failed")]
     failed = [r for r in results if r.get("failed")]
     groups = group_runs(finished)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from spectral_jax.lra.plotting import load_matplotlib, new_figure
 from spectral_jax.lra.data.registry import TITLES
+from spectral_jax.lra.plotting import load_matplotlib, new_figure
 
 _MARKERS = "osD^vP*Xh<>"
 

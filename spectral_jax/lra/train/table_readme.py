@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spectral_jax import UsageError
 from spectral_jax.lra.data.registry import TITLES
 
 # Points below the baseline that the table marks in bold.
@@ -32,7 +33,7 @@ def readme_tables(results: list[dict[str, Any]]) -> str:
         a blank line and the table; tables are separated by a blank line.
 
     Raises:
-        ValueError: no finished run in ``results``.
+        spectral_jax.UsageError: no finished run in ``results``.
 
     Example:
         >>> r = {"task": "listops", "protocol": "quick", "test_accuracy": 0.5,
@@ -53,7 +54,7 @@ def readme_tables(results: list[dict[str, Any]]) -> str:
 
     groups = group_runs([r for r in results if not r.get("failed")])
     if not groups:
-        raise ValueError("results has no finished run: give at least one run directory")
+        raise UsageError("results has no finished run: give at least one run directory")
     blocks = []
     for task in dict.fromkeys(g["task"] for g in groups):
         rows = [g for g in groups if g["task"] == task]
