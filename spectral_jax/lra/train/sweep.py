@@ -9,7 +9,6 @@ with ``FILE:ARG,attention=<method>`` (so the method brings its own defaults) and
 checkpoint, and a failed run (config error, NaN, crash) is recorded in its folder's
 ``failed.json`` with the reason, without stopping the others; the next sweep retries it. At
 the end ``DIR/table.md``, ``DIR/table.json`` and ``DIR/accuracy_vs_throughput.png`` are written
-from spectral_jax import UsageError
 from the run folders alone, so ``spectral-jax table DIR/*`` reproduces them.
 
 By default each run is its own process: an out-of-memory kill, a segfault or an XLA abort then
@@ -30,6 +29,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from spectral_jax import UsageError
 from spectral_jax.lra.train.interrupt import Interrupted, forward_signals
 
 # A run's log, next to its results: the subprocess's whole output.
