@@ -16,19 +16,29 @@ def _name(requirement: str) -> str:
     return re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
+def _extras(requirement: str) -> set[str]:
+    found = re.match(r"[^\[;]*\[([^\]]*)\]", requirement)
+    return {e.strip().lower() for e in found.group(1).split(",")} if found else set()
+
+
 def closure(roots: list[str]) -> set[str]:
-    seen, todo = set(), [r.lower() for r in roots]
+    """The distributions that ``roots`` need, with the extras their requirements ask for."""
+    seen, todo = set(), [(r.lower(), frozenset()) for r in roots]
     while todo:
-        name = todo.pop()
-        if name in seen:
+        name, extras = todo.pop()
+        if (name, extras) in seen:
             continue
-        seen.add(name)
+        seen.add((name, extras))
         try:
             requires = md.requires(name) or []
         except md.PackageNotFoundError:
             continue
-        todo += [_name(r) for r in requires if "extra ==" not in r]
-    return seen
+        for req in requires:
+            marker = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", req)
+            if marker and marker.group(1).lower() not in extras:
+                continue
+            todo.append((_name(req), frozenset(_extras(req))))
+    return {name for name, _ in seen}
 
 
 def main() -> int:
