@@ -16,7 +16,7 @@ from flax import nnx
 
 from attention_cases import method_kwargs, padding_mask, qkv
 from spectral_jax.attention import ATTENTIONS, get_attention_spec, softmax_attention
-from spectral_jax.attention._common import resolve_head_chunk_size
+from spectral_jax.attention import resolve_head_chunk_size
 
 PLATFORMS = ("cuda", "tpu")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

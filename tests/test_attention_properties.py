@@ -223,7 +223,7 @@ def test_head_chunks_give_the_same_outputs_and_gradients(name, inputs):
 
 
 def test_default_head_chunk_size_on_cpu():
-    from spectral_jax.attention._common import resolve_head_chunk_size
+    from spectral_jax.attention import resolve_head_chunk_size
 
     assert jax.default_backend() == "cpu"
     # About 4096 tokens per step on CPU, at least one slice, and plain vmap when the loop

@@ -12,9 +12,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spectral_jax.attention import local_attention, performer_attention, softmax_attention
-from spectral_jax.attention._linear import linear_attention
-from spectral_jax.attention._registry import ATTENTIONS, cached_decode_hint
+from spectral_jax.attention import (
+    ATTENTIONS,
+    cached_decode_hint,
+    linear_attention,
+    local_attention,
+    performer_attention,
+    softmax_attention,
+)
 
 B, N, H, D = 2, 11, 2, 4
 E = H * D

@@ -10,6 +10,11 @@ from spectral_jax.attention._clustered import (
     clustered_attention,
     improved_clustered_attention,
 )
+from spectral_jax.attention._common import (
+    FLAX_KWARGS,
+    as_bool_mask,
+    resolve_head_chunk_size,
+)
 from spectral_jax.attention._gated_linear import gated_linear_attention
 from spectral_jax.attention._inducing_points import inducing_points_attention
 from spectral_jax.attention._landmarks import segment_means
@@ -34,6 +39,8 @@ from spectral_jax.attention._registry import (
     AttentionSpec,
     available_attentions,
     budget_parameters,
+    cached_decode_hint,
+    causal_methods_hint,
     get_attention,
     get_attention_spec,
 )
@@ -43,17 +50,22 @@ from spectral_jax.attention._spectral_shift import (
     spectral_shift_attention,
     spectral_shift_delta,
 )
-from spectral_jax.attention._state import STATE_KINDS, StateKind
+from spectral_jax.attention._state import LINFORMER_SHARING, STATE_KINDS, StateKind
 from spectral_jax.attention._symmetric import symmetric_spectral_shift_attention
 
 __all__ = [
     "ATTENTIONS",
     "AttentionSpec",
     "BASELINE",
+    "FLAX_KWARGS",
+    "LINFORMER_SHARING",
     "STATE_KINDS",
     "StateKind",
+    "as_bool_mask",
     "available_attentions",
     "budget_parameters",
+    "cached_decode_hint",
+    "causal_methods_hint",
     "clustered_attention",
     "gated_linear_attention",
     "get_attention",
@@ -74,6 +86,7 @@ __all__ = [
     "performer_attention",
     "probsparse_attention",
     "reference_attention",
+    "resolve_head_chunk_size",
     "segment_means",
     "skyformer_attention",
     "softmax_attention",
