@@ -54,7 +54,7 @@ def environment() -> dict[str, Any]:
     import jax
     import jaxlib
 
-    from spectral_jax.attention._common import resolve_head_chunk_size
+    from spectral_jax.attention import resolve_head_chunk_size
 
     device = jax.devices()[0]
     env: dict[str, Any] = {
@@ -164,7 +164,7 @@ def train_part(sizes: dict[str, Any], out: str, smoke: bool, say) -> dict[str, A
     import jax
 
     from spectral_jax.lra import data
-    from spectral_jax.lra.train import run_stats, train_and_evaluate
+    from spectral_jax.lra.train import report, train_and_evaluate
 
     workdir = tempfile.mkdtemp(prefix="gpu_check_listops_")
     config, generate = _listops_config(workdir, smoke)
@@ -186,7 +186,7 @@ def train_part(sizes: dict[str, Any], out: str, smoke: bool, say) -> dict[str, A
     finally:
         timer.cancel()
     result["train_s"] = time.monotonic() - t0
-    result.update(run_stats.training_throughput(os.path.join(workdir, "run"),
+    result.update(report.training_throughput(os.path.join(workdir, "run"),
                                                 config.train.batch_size))
     shutil.rmtree(workdir, ignore_errors=True)
     del result["workdir"]
