@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from spectral_jax import UnknownNameError, UsageError, UsageTypeError
 from spectral_jax.lra import cli
 
 HELP_COMMANDS = ["", "train", "config", "eval", "table", "sweep", "data", "data listops",
@@ -50,11 +51,14 @@ class _Diverged(RuntimeError):
 
 
 @pytest.mark.parametrize("error, status, line", [
-    (ValueError("`head_chunk_size` must be a positive int; got 0."), 2,
+    (UsageError("`head_chunk_size` must be a positive int; got 0."), 2,
      "spectral-jax bench speed: error: `--head-chunk-size` must be a positive int; got 0."),
     (FileNotFoundError("no data in 'd'\n(set --config.data.dir)"), 2,
      "spectral-jax bench speed: error: no data in 'd' (set --config.data.dir)"),
-    (KeyError("no such split"), 2, "spectral-jax bench speed: error: no such split"),
+    (UnknownNameError("no such split"), 2, "spectral-jax bench speed: error: no such split"),
+    (UsageTypeError("`head_chunk_size` must be an int"), 2,
+     "spectral-jax bench speed: error: `--head-chunk-size` must be an int"),
+    (NotADirectoryError("runs/a is a file"), 2, "spectral-jax bench speed: error: runs/a is a file"),
     (_Diverged("loss is NaN at step 3"), 1,
      "spectral-jax bench speed: error: loss is NaN at step 3"),
 ])
@@ -64,9 +68,27 @@ def test_user_errors_are_one_line_with_an_exit_status(error, status, line, capsy
     assert capsys.readouterr().err == line + "\n"
 
 
-def test_bugs_keep_their_traceback():
+@pytest.mark.parametrize("error", [ZeroDivisionError("x"), ValueError("x"), TypeError("x"),
+                                   KeyError("x"), NotImplementedError("x")])
+def test_bugs_keep_their_traceback(error):
+    # Only UsageError (and missing files) are the user's; a plain ValueError or KeyError is a bug.
     args = argparse.Namespace(command_prog="spectral-jax table", func=lambda a: 1 / 0)
-    assert cli.report_error(ZeroDivisionError("x"), args) is None
+    assert cli.report_error(error, args) is None
     parser = cli.build_parser()
     parsed = parser.parse_args(["table", "nowhere"])
     assert parsed.command_prog == "spectral-jax table"
+
+
+def test_a_command_line_registers_its_subcommand_alone():
+    script = """
+import sys
+from spectral_jax.lra import cli
+parser = cli.build_parser("train")
+choices = sorted(parser._subparsers._group_actions[0].choices)
+print(choices, sorted(m for m in sys.modules if m.startswith("spectral_jax.lra.cli.")))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ("['config', 'eval', 'table', 'train'] "
+                                   "['spectral_jax.lra.cli.train']")

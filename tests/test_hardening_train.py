@@ -9,7 +9,7 @@ import pytest
 
 from spectral_jax.lra import cli
 from spectral_jax.lra.cli.train import load_config
-from spectral_jax.lra.train.progress import Reporter
+from spectral_jax.lra.train.report import Reporter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

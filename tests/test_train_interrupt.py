@@ -27,7 +27,7 @@ from spectral_jax.lra.train import sweep as sweep_lib
 from spectral_jax.lra.cli.train import load_config
 from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
 from spectral_jax.lra.train.loop import train_and_evaluate
-from spectral_jax.lra.train.writers import read_metrics
+from spectral_jax.lra.train.report import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = f"{ROOT}/configs/lra/listops.py:quick,attention=softmax"

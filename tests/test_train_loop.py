@@ -25,8 +25,9 @@ from flax import nnx
 from spectral_jax.lra import data
 from spectral_jax.lra.train import distributed, steps as steps_lib
 from spectral_jax.lra.cli.train import load_config
-from spectral_jax.lra.train.loop import TrainingDiverged, setup_run, train_and_evaluate
-from spectral_jax.lra.train.writers import read_metrics
+from spectral_jax.lra.train.loop import TrainingDiverged, train_and_evaluate
+from spectral_jax.lra.train.run import setup_run
+from spectral_jax.lra.train.report import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = [
@@ -194,7 +195,8 @@ def test_same_seed_same_metrics_and_overwrite(tmp_path):
 def test_relative_data_dir_in_a_committed_run_reopens(tmp_path, monkeypatch):
     # A run committed to a repository records data.dir relative; resuming it from the
     # repository root, with the path in any spelling, must be accepted and leave the file as is.
-    from spectral_jax.lra.train.run import config_mismatch, open_for_training
+    from spectral_jax.lra.train.run import open_for_training
+    from spectral_jax.lra.train.workdir import config_mismatch
 
     cfg, workdir = _listops_config(tmp_path), tmp_path / "run"
     with open_for_training(cfg, str(workdir)):

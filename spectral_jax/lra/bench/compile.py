@@ -78,11 +78,11 @@ def train_step_program(config: ml_collections.ConfigDict) -> TrainStepProgram:
       >>> prog.args[2]["inputs"].shape
       (32, 128)
     """
-    from spectral_jax.lra.train import distributed, optim
+    from spectral_jax.lra.train import distributed
     from spectral_jax.lra.train import steps as steps_lib
 
     model_cfg = steps_lib.model_config(config, _task_sizes(config))
-    tx = optim.make_optimizer(config)
+    tx = steps_lib.make_optimizer(config)
 
     def create():
         model = steps_lib.build_model(model_cfg, False, config.seed)
@@ -94,7 +94,7 @@ def train_step_program(config: ml_collections.ConfigDict) -> TrainStepProgram:
     mesh = distributed.make_mesh(jax.devices()[:1])
     steps = steps_lib.make_steps(
         graphdef, config.seed, distributed.replicated(mesh), distributed.batch_sharding(mesh),
-        optim.make_schedule(config), config.train.redraw_features_every)
+        steps_lib.make_schedule(config), config.train.redraw_features_every)
     b, n = config.train.batch_size, model_cfg.max_length
     batch = {"inputs": jax.ShapeDtypeStruct((b, n), jnp.int32),
              "mask": jax.ShapeDtypeStruct((b, n), jnp.bool_),

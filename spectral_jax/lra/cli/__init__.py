@@ -1,14 +1,16 @@
 """The `spectral-jax` command: one entry point, one subcommand per concern.
 
-Each subcommand lives next to the code it drives and registers itself through a
-`add_parser(subparsers)` function that sets `func` on its parser; this file only
-dispatches, so building the parser and `--help` never import JAX (tested).
+Each subcommand's module in this package registers it through an
+``add_parser(subparsers)`` function that sets ``func`` on its parser; this file only
+dispatches. A command line naming a subcommand imports that subcommand's module alone;
+``--help`` and a bare ``spectral-jax`` register them all. Neither imports JAX (tested).
 
-Errors are reported here, once for every subcommand: an error the user can fix (a bad
-value, a missing file; :data:`USER_ERRORS`) prints one line, ``spectral-jax <command>:
-error: <message>``, and exits with status 2, as argparse does for a bad flag. An exception
-with an ``exit_status`` attribute (a diverged training run: 1) prints the same line and
-exits with that status. Anything else is a bug and keeps its traceback.
+Errors are reported here, once for every subcommand: an error the user can fix (a
+:class:`spectral_jax.UsageError`, raised for every bad value, or a missing file or folder)
+prints one line, ``spectral-jax <command>: error: <message>``, and exits with status 2, as
+argparse does for a bad flag. An exception with an ``exit_status`` attribute (a diverged
+training run: 1) prints the same line and exits with that status. Anything else is a bug
+and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import importlib
 import sys
 
+from spectral_jax import UsageError
 from spectral_jax.lra import INSTALL_HINT, missing_dependencies
 
 # subcommand -> module that defines `add_parser(subparsers)`.
@@ -29,14 +32,16 @@ _SUBCOMMANDS = {
     "data": "spectral_jax.lra.cli.data",
     "bench": "spectral_jax.lra.cli.bench",
 }
-
-# Exceptions that mean "the input is wrong", not "the program is wrong".
-USER_ERRORS = (ValueError, TypeError, KeyError, NotImplementedError, FileNotFoundError,
-               NotADirectoryError)
+# What the user gets wrong, as opposed to what the program gets wrong.
+_USAGE_ERRORS = (UsageError, FileNotFoundError, NotADirectoryError)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `spectral-jax` parser with every subcommand registered (imports no JAX).
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `spectral-jax` parser (imports no JAX).
+
+    Args:
+        command: a subcommand name: only its module registers its parsers (what running it
+          needs). None or an unknown name registers every subcommand (``--help``, errors).
 
     Example:
         >>> build_parser().parse_args(["table", "runs/a"]).runs
@@ -47,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Efficient attention in JAX: LRA training, data and benchmarks.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module_name in dict.fromkeys(_SUBCOMMANDS.values()):
+    modules = [_SUBCOMMANDS[command]] if command in _SUBCOMMANDS else _SUBCOMMANDS.values()
+    for module_name in dict.fromkeys(modules):
         importlib.import_module(module_name).add_parser(subparsers)
     _record_prog(parser)
     return parser
@@ -93,11 +99,11 @@ def report_error(err: BaseException, args: argparse.Namespace) -> int | None:
     Example:
         >>> import argparse
         >>> args = argparse.Namespace(command_prog="spectral-jax bench speed", head_chunk_size=0)
-        >>> report_error(ValueError("`head_chunk_size` must be a positive int; got 0."), args)
+        >>> report_error(UsageError("`head_chunk_size` must be a positive int; got 0."), args)
         2
     """
     status = getattr(err, "exit_status", None)
-    if status is None and isinstance(err, USER_ERRORS):
+    if status is None and isinstance(err, _USAGE_ERRORS):
         status = 2
     if status is None:
         return None
@@ -115,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     if missing := missing_dependencies():
         print(f"spectral-jax: error: needs {', '.join(missing)}: {INSTALL_HINT}", file=sys.stderr)
         return 2
-    parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv else None)
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except Exception as err:  # noqa: BLE001  (sorted by report_error; bugs re-raised)

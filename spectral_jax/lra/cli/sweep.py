@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spectral_jax.lra.train.sweep import USER_ERRORS, parse_methods, run_sweep
+from spectral_jax.lra.train.sweep import parse_methods, run_sweep
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -40,9 +40,6 @@ def _sweep(args: argparse.Namespace) -> int:
         summary = run_sweep(args.config, methods, args.seeds, args.workdir,
                             args.config_overrides, in_process=args.in_process,
                             overwrite=args.overwrite)
-    except USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt as e:
         print(str(e) or "\nsweep interrupted; the same command resumes it", file=sys.stderr)
         return getattr(e, "exit_status", 130)

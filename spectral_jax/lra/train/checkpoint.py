@@ -11,7 +11,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from spectral_jax import UsageError
-from spectral_jax.lra.train.writers import _jsonable
+from spectral_jax.lra.train.report import jsonable
 
 BEST_METRIC = "val_accuracy"
 # The metric of a step saved without a validation (on a stop signal): below any accuracy, so
@@ -96,7 +96,7 @@ class Checkpointer:
             step,
             args=ocp.args.Composite(
                 state=ocp.args.StandardSave(nnx.to_pure_dict(state)),
-                meta=ocp.args.JsonSave({k: _jsonable(v) for k, v in meta.items()}),
+                meta=ocp.args.JsonSave({k: jsonable(v) for k, v in meta.items()}),
             ),
             metrics={BEST_METRIC: float(val_accuracy)},
         )

@@ -265,7 +265,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         ...     seed=0, data={"dir": "d"}, model={}, train={}))
     """
     from spectral_jax import attention as attention_lib
-    from spectral_jax.lra.train.optim import SCHEDULES
+    from spectral_jax.lra.train.steps import SCHEDULES
     from spectral_jax.nn._attention import allowed_attention_kwargs
     from spectral_jax.nn._config import check_fields
 

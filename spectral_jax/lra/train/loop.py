@@ -19,21 +19,11 @@ from flax import nnx
 
 from spectral_jax import _checks
 from spectral_jax.lra import data
-from spectral_jax.lra.train import distributed, run_stats
-from spectral_jax.lra.train import extend as extend_lib
+from spectral_jax.lra.train import distributed, report
 from spectral_jax.lra.train import run as run_lib
+from spectral_jax.lra.train import workdir as workdir_lib
 from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
-from spectral_jax.lra.train.progress import Reporter
-
-# Re-exported: the run's files and set-up have lived here since the first release.
-from spectral_jax.lra.train.run import (  # noqa: F401
-    CHECKPOINT_DIR,
-    CONFIG_FILE,
-    RESULTS_FILE,
-    RunSetup,
-    setup_run,
-)
-from spectral_jax.lra.train.writers import MetricWriter
+from spectral_jax.lra.train.report import MetricWriter, Reporter
 
 Meta = dict[str, Any]  # what a checkpoint stores besides the state: best_* and wall_time_s
 # A checkpoint saved on a signal between two logged steps also stores the unlogged steps'
@@ -70,7 +60,7 @@ def train_and_evaluate(
         extend: continue the run in ``workdir`` to ``config.train.steps``, more steps than it
           was started with (its config must differ in ``train.steps`` alone). The schedule is
           re-evaluated for the new total from the next step on (see
-          :mod:`spectral_jax.lra.train.extend`); ``results.json`` lists the extensions.
+          :mod:`spectral_jax.lra.train.workdir`); ``results.json`` lists the extensions.
 
     Returns:
         The contents of ``results.json``: ``test_accuracy`` (best-validation checkpoint),
@@ -106,7 +96,7 @@ def train_and_evaluate(
         writer = MetricWriter(workdir, enabled=run.is_main, resume_step=start_step)
         reporter = Reporter(config.train.steps, start=start_step or 0, enabled=run.is_main)
         if run.extension is not None:
-            extend_lib.log_extension(run.extension, writer, reporter)
+            _log_extension(run.extension, writer, reporter)
         try:
             state, meta = _train(run, state, meta, start_step or 0, writer, reporter, stop)
             results = _final_evaluation(run, state, meta)
@@ -117,8 +107,8 @@ def train_and_evaluate(
                 next(data.iterate_batches(run.task.splits["train"], config.train.batch_size,
                                           shuffle=False)), run.batch_sharding)
             results.update(
-                **run_stats.training_throughput(workdir, config.train.batch_size),
-                train_step_peak_bytes=run_stats.step_peak_bytes(
+                **report.training_throughput(workdir, config.train.batch_size),
+                train_step_peak_bytes=report.step_peak_bytes(
                     run.setup.steps.train, run.setup.rng_state, state, probe),
             )
         finally:
@@ -132,11 +122,11 @@ def train_and_evaluate(
         num_processes=jax.process_count(),
         compiles={"train": step_fns.train._cache_size(), "eval": step_fns.eval._cache_size()},
         data_source=run.task.source,
-        extensions=extend_lib.read_extensions(workdir),
+        extensions=workdir_lib.read_extensions(workdir),
         config=_resolved(config, run.model_config),
     )
     if run.is_main:
-        with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
+        with open(os.path.join(workdir, workdir_lib.RESULTS_FILE), "w") as f:
             json.dump(results, f, indent=2)
     reporter.summary(results)
     return results
@@ -189,6 +179,16 @@ def _train(run: run_lib.Run, state: nnx.State, meta: Meta, start_step: int,
                 run.checkpoints.save(step, state, saved, None)
             raise TrainingInterrupted(step, stop.signum)
     return state, meta
+
+
+def _log_extension(entry: dict[str, Any], writer: MetricWriter, reporter: Reporter) -> None:
+    """Writes the ``"extend"`` record to ``metrics.jsonl`` and says so on the console."""
+    writer.write(entry["at_step"], "extend",
+                 {"from_steps": entry["from_steps"], "to_steps": entry["to_steps"]})
+    if reporter.enabled:
+        reporter.console.print(
+            f"Extending the run from {entry['from_steps']} to {entry['to_steps']} steps; the "
+            f"schedule is re-evaluated for {entry['to_steps']} steps.", highlight=False)
 
 
 def _host_window(window: list[dict[str, Any]]) -> list[dict[str, float]]:

@@ -13,9 +13,7 @@ mesh, model and optimizer, jitted steps and a checkpoint manager:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import shutil
 from typing import Any
 
 import jax
@@ -25,18 +23,12 @@ from flax import nnx
 from spectral_jax import UsageError, _checks
 from spectral_jax.lra import data as data_lib
 from spectral_jax.lra.train import checkpoint as checkpoint_lib
-from spectral_jax.lra.train import distributed, optim
-from spectral_jax.lra.train import extend as extend_lib
+from spectral_jax.lra.train import distributed
 from spectral_jax.lra.train import steps as steps_lib
+from spectral_jax.lra.train import workdir as workdir_lib
 from spectral_jax.lra.train.config_lib import validate_config
 from spectral_jax.nn import TransformerConfig
 
-CONFIG_FILE = "config.json"
-RESULTS_FILE = "results.json"
-CHECKPOINT_DIR = "checkpoints"
-# Files a run owns in its workdir; --overwrite removes exactly these.
-_RUN_FILES = (CONFIG_FILE, RESULTS_FILE, CHECKPOINT_DIR, "metrics.jsonl", "tensorboard",
-              extend_lib.EXTENSIONS_FILE)
 CHECKPOINT_CHOICES = "'best', 'latest' or a step number"
 
 
@@ -76,7 +68,7 @@ def setup_run(
     Returns:
         :class:`RunSetup`.
     """
-    tx = optim.make_optimizer(config)
+    tx = steps_lib.make_optimizer(config)
 
     def create():
         model = steps_lib.build_model(model_cfg, dual, config.seed)
@@ -93,7 +85,7 @@ def setup_run(
     )()
     steps = steps_lib.make_steps(
         graphdef, config.seed, replicated, distributed.batch_sharding(mesh),
-        optim.make_schedule(config), config.train.redraw_features_every,
+        steps_lib.make_schedule(config), config.train.redraw_features_every,
     )
     return RunSetup(graphdef, rng_state, state, steps, int(num_params))
 
@@ -116,7 +108,7 @@ class Run:
         eval_batch_size: ``train.eval_batch_size`` or, unset, ``train.batch_size``.
         is_main: this process writes logs and results (process 0).
         extension: the entry this opening added to ``extensions.json``
-          (:func:`spectral_jax.lra.train.extend.record_extension`), else None.
+          (:func:`spectral_jax.lra.train.workdir.record_extension`), else None.
     """
 
     config: ml_collections.ConfigDict
@@ -187,13 +179,13 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str, *, training: bool
     if training:
         distributed.check_batch_size("train.batch_size", config.train.batch_size, mesh)
     distributed.check_batch_size("train.eval_batch_size", eval_batch_size, mesh)
-    optim.make_optimizer(config)  # raises on bad optimizer settings before any work
+    steps_lib.make_optimizer(config)  # raises on bad optimizer settings before any work
     if extend and overwrite:
         raise UsageError("extend and overwrite exclude each other: --extend continues the run "
                          "in --workdir, --overwrite deletes it")
-    extends = extend_lib.check_extension(workdir, config) if training and extend else None
+    extends = workdir_lib.check_extension(workdir, config) if training and extend else None
     if training and not overwrite and extends is None:
-        _check_workdir(workdir, config)
+        workdir_lib.check_workdir(workdir, config)
     is_main = jax.process_index() == 0
     task = load_task(config, is_main=is_main)
     model_cfg = steps_lib.model_config(config, task)
@@ -208,13 +200,13 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str, *, training: bool
             jax.eval_shape(setup.steps.train, setup.rng_state, setup.state,
                            distributed.global_batch(first, distributed.batch_sharding(mesh)))
     if training and is_main:
-        _write_workdir(workdir, config, overwrite=overwrite)
+        workdir_lib.write_workdir(workdir, config, overwrite=overwrite)
     checkpoints = checkpoint_lib.Checkpointer(
-        os.path.join(workdir, CHECKPOINT_DIR), keep=config.train.keep_checkpoints
+        os.path.join(workdir, workdir_lib.CHECKPOINT_DIR), keep=config.train.keep_checkpoints
     )
     extension = None
     if extends is not None and is_main:
-        extension = extend_lib.record_extension(workdir, extends, config.train.steps,
+        extension = workdir_lib.record_extension(workdir, extends, config.train.steps,
                                                 checkpoints.latest_step() or 0)
     return Run(config, workdir, task, model_cfg, mesh, setup, checkpoints, eval_batch_size,
                is_main, extension)
@@ -235,7 +227,7 @@ def open_for_training(
         workdir: the run directory (created; ``config.json`` written on process 0).
         overwrite: delete a previous run's files in ``workdir`` first.
         extend: continue the run in ``workdir`` to ``config.train.steps``
-          (:mod:`spectral_jax.lra.train.extend`).
+          (:mod:`spectral_jax.lra.train.workdir`).
 
     Returns:
         The :class:`Run`; enter it (``with run:``) to train.
@@ -263,19 +255,6 @@ def recorded_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
     return config
 
 
-def read_config(workdir: str) -> ml_collections.ConfigDict:
-    """The config a run in ``workdir`` was trained with.
-
-    Raises:
-        FileNotFoundError: no run in ``workdir``.
-    """
-    path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no run in workdir={workdir!r} ({CONFIG_FILE} is missing)")
-    with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
-
-
 def restore_for_evaluation(
     workdir: str, checkpoint: str | int = "best"
 ) -> tuple[Run, nnx.State, int]:
@@ -294,7 +273,7 @@ def restore_for_evaluation(
         FileNotFoundError: no run or no checkpoint in ``workdir``, or the data is missing.
         spectral_jax.UsageError: a ``checkpoint`` that is none of the above.
     """
-    config = read_config(workdir)
+    config = workdir_lib.read_config(workdir)
     validate_config(config)
     run = _assemble(config, workdir, training=False)
     # The checkpoint's number is checked before anything is restored.
@@ -310,7 +289,7 @@ def restore_for_evaluation(
             step = run.checkpoints.latest_step()
             if step is None:
                 raise FileNotFoundError(
-                    f"no checkpoint in {os.path.join(workdir, CHECKPOINT_DIR)}")
+                    f"no checkpoint in {os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)}")
             if checkpoint not in ("best", "latest"):
                 step = wanted
             state, meta = run.checkpoints.restore(step, run.setup.state)
@@ -322,62 +301,3 @@ def restore_for_evaluation(
     return run, state, step
 
 
-def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | None:
-    """What differs between ``config`` and the run already in ``workdir`` (None: same or none).
-
-    Both ``data.dir`` values are resolved (a relative one against the current directory)
-    before the comparison, so a run committed with a relative ``data.dir`` resumes from the
-    folder that path names, and ``data`` or ``./data`` or its absolute path are the same.
-    """
-    path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        existing = json.load(f)
-    wanted = json.loads(config.to_json(sort_keys=True))
-    for recorded in (existing, wanted):
-        if isinstance(recorded.get("data"), dict) and isinstance(recorded["data"].get("dir"), str):
-            recorded["data"]["dir"] = os.path.realpath(recorded["data"]["dir"])
-    return None if existing == wanted else _diff(existing, wanted)
-
-
-def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
-    why = config_mismatch(workdir, config)
-    if why is not None:
-        extend = ""
-        try:
-            extend_lib.check_extension(workdir, config)
-            extend = f", or --extend to continue it to train.steps={config.train.steps}"
-        except ValueError:
-            pass
-        raise UsageError(
-            f"workdir={workdir!r} holds a run with a different config "
-            f"({why}); use another --workdir, or --overwrite to delete that run{extend}"
-        )
-
-
-def _write_workdir(workdir: str, config: ml_collections.ConfigDict, *, overwrite: bool) -> None:
-    if overwrite:
-        for name in _RUN_FILES:
-            target = os.path.join(workdir, name)
-            if os.path.isdir(target):
-                shutil.rmtree(target)
-            elif os.path.exists(target):
-                os.remove(target)
-    os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, CONFIG_FILE)
-    if os.path.exists(path):
-        # A resumed run keeps its config.json as written (``_check_workdir`` found it equal),
-        # so a committed run's relative data.dir survives resuming it.
-        return
-    with open(path, "w") as f:
-        f.write(config.to_json(sort_keys=True, indent=2))
-
-
-def _diff(old: Any, new: Any, prefix: str = "") -> str:
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new)):
-            if old.get(key, "<missing>") != new.get(key, "<missing>"):
-                return _diff(old.get(key, "<missing>"), new.get(key, "<missing>"),
-                             f"{prefix}{key}.")
-    return f"{prefix.rstrip('.')}: {old!r} there, {new!r} now"

@@ -36,7 +36,6 @@ from spectral_jax.lra.train.interrupt import Interrupted, forward_signals
 LOG_FILE = "train.log"
 TABLE_MD, TABLE_JSON, PLOT_PNG, SWEEP_JSON = (
     "table.md", "table.json", "accuracy_vs_throughput.png", "sweep.json")
-USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotImplementedError, KeyError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,14 +165,14 @@ def run_sweep(
         >>> # run_sweep("configs/lra/listops.py:quick", ("softmax", "nystrom"), [0, 1], "sw")
     """
     # Imported here like the module's other training imports: plan() and tables need no jax.
-    from spectral_jax.lra.train.run import config_mismatch
+    from spectral_jax.lra.train.workdir import config_mismatch
 
     runs = plan(config, methods, seeds, workdir, overrides)
     configs = {}
     for run in runs:
         try:
             configs[run.name] = _load(run)
-        except USER_ERRORS as e:
+        except (UsageError, FileNotFoundError) as e:
             configs[run.name] = e
     stale = [(run, why) for run in runs if not isinstance(configs[run.name], Exception)
              and (why := config_mismatch(run.workdir, configs[run.name]))]
@@ -271,7 +270,7 @@ def _train_here(config, workdir: str, *, overwrite: bool) -> str | None:
         train_and_evaluate(config, workdir, overwrite=overwrite)
     except TrainingDiverged as e:
         return f"diverged: {e}"
-    except USER_ERRORS as e:
+    except (UsageError, FileNotFoundError) as e:
         return f"config error: {type(e).__name__}: {e}"
     except Exception as e:  # noqa: BLE001 - e.g. XLA out of memory; one run, not the sweep
         return f"crashed: {type(e).__name__}: {e}"

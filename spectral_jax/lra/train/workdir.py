@@ -1,4 +1,11 @@
-"""Extending a run: continue training in its workdir to a larger ``train.steps``.
+"""A run's workdir: the files it holds, the config it was started with, and extending it.
+
+A run's workdir holds ``config.json`` (written once, when the run starts), orbax checkpoints,
+``metrics.jsonl`` (and TensorBoard events), ``results.json`` when it has finished and
+``extensions.json`` when it was extended. :func:`check_workdir` refuses to start a run in a
+workdir holding another config; :func:`write_workdir` claims it.
+
+**Extending** continues training in the workdir to a larger ``train.steps``.
 
 ``spectral-jax train ... --config.train.steps=NEW --extend`` (``train_and_evaluate(...,
 extend=True)``) accepts a workdir whose config differs from the given one in ``train.steps``
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any
 
 import ml_collections
@@ -31,6 +39,12 @@ import ml_collections
 from spectral_jax import UsageError, _checks
 
 EXTENSIONS_FILE = "extensions.json"
+CONFIG_FILE = "config.json"
+RESULTS_FILE = "results.json"
+CHECKPOINT_DIR = "checkpoints"
+# Files a run owns in its workdir; --overwrite removes exactly these.
+_RUN_FILES = (CONFIG_FILE, RESULTS_FILE, CHECKPOINT_DIR, "metrics.jsonl", "tensorboard",
+              EXTENSIONS_FILE)
 # results.json figures an extension keeps from the run it continues.
 _KEPT_RESULTS = ("steps", "best_step", "best_val_accuracy", "test_accuracy",
                  "final_test_accuracy", "wall_time_s")
@@ -50,8 +64,6 @@ def check_extension(workdir: str, config: ml_collections.ConfigDict) -> int:
         ...
         FileNotFoundError: extend: no run to extend in workdir='...' (config.json is missing)...
     """
-    from spectral_jax.lra.train.run import CONFIG_FILE, config_mismatch
-
     path = os.path.join(workdir, CONFIG_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(f"extend: no run to extend in workdir={workdir!r} ({CONFIG_FILE} "
@@ -91,8 +103,6 @@ def record_extension(workdir: str, from_steps: int, to_steps: int,
         The entry ``{"from_steps", "to_steps", "at_step", "results"}`` (``results`` None for
         an unfinished run), or None when ``to_steps == from_steps`` (a plain resume).
     """
-    from spectral_jax.lra.train.run import CONFIG_FILE, RESULTS_FILE
-
     if to_steps == from_steps:
         return None
     results_path = os.path.join(workdir, RESULTS_FILE)
@@ -130,18 +140,82 @@ def read_extensions(workdir: str) -> list[dict[str, Any]]:
         return json.load(f)
 
 
-def log_extension(entry: dict[str, Any], writer: Any, reporter: Any) -> None:
-    """Writes the ``"extend"`` record to ``metrics.jsonl`` and says so on the console."""
-    writer.write(entry["at_step"], "extend",
-                 {"from_steps": entry["from_steps"], "to_steps": entry["to_steps"]})
-    if reporter.enabled:
-        reporter.console.print(
-            f"Extending the run from {entry['from_steps']} to {entry['to_steps']} steps; the "
-            f"schedule is re-evaluated for {entry['to_steps']} steps.", highlight=False)
-
-
 def _write_json(path: str, value: Any, **kwargs: Any) -> None:
     temporary = f"{path}.tmp"
     with open(temporary, "w") as f:
         json.dump(value, f, indent=2, **kwargs)
     os.replace(temporary, path)
+
+
+def read_config(workdir: str) -> ml_collections.ConfigDict:
+    """The config a run in ``workdir`` was trained with.
+
+    Raises:
+        FileNotFoundError: no run in ``workdir``.
+    """
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no run in workdir={workdir!r} ({CONFIG_FILE} is missing)")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | None:
+    """What differs between ``config`` and the run already in ``workdir`` (None: same or none).
+
+    Both ``data.dir`` values are resolved (a relative one against the current directory)
+    before the comparison, so a run committed with a relative ``data.dir`` resumes from the
+    folder that path names, and ``data`` or ``./data`` or its absolute path are the same.
+    """
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        existing = json.load(f)
+    wanted = json.loads(config.to_json(sort_keys=True))
+    for recorded in (existing, wanted):
+        if isinstance(recorded.get("data"), dict) and isinstance(recorded["data"].get("dir"), str):
+            recorded["data"]["dir"] = os.path.realpath(recorded["data"]["dir"])
+    return None if existing == wanted else _diff(existing, wanted)
+
+
+def check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
+    why = config_mismatch(workdir, config)
+    if why is not None:
+        extend = ""
+        try:
+            check_extension(workdir, config)
+            extend = f", or --extend to continue it to train.steps={config.train.steps}"
+        except UsageError:
+            pass
+        raise UsageError(
+            f"workdir={workdir!r} holds a run with a different config "
+            f"({why}); use another --workdir, or --overwrite to delete that run{extend}"
+        )
+
+
+def write_workdir(workdir: str, config: ml_collections.ConfigDict, *, overwrite: bool) -> None:
+    if overwrite:
+        for name in _RUN_FILES:
+            target = os.path.join(workdir, name)
+            if os.path.isdir(target):
+                shutil.rmtree(target)
+            elif os.path.exists(target):
+                os.remove(target)
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, CONFIG_FILE)
+    if os.path.exists(path):
+        # A resumed run keeps its config.json as written (``check_workdir`` found it equal),
+        # so a committed run's relative data.dir survives resuming it.
+        return
+    with open(path, "w") as f:
+        f.write(config.to_json(sort_keys=True, indent=2))
+
+
+def _diff(old: Any, new: Any, prefix: str = "") -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            if old.get(key, "<missing>") != new.get(key, "<missing>"):
+                return _diff(old.get(key, "<missing>"), new.get(key, "<missing>"),
+                             f"{prefix}{key}.")
+    return f"{prefix.rstrip('.')}: {old!r} there, {new!r} now"

@@ -1,0 +1,119 @@
+"""How many spectral_jax files one training step runs through, from the CLI to its first log line.
+
+Runs ``spectral-jax train`` in this process on a tiny ListOps config (data generated in a
+temporary folder by an untraced warm-up run in a subprocess, so the trace holds training and
+not data generation) under ``sys.setprofile``, from the CLI's ``main`` until the first line
+of ``metrics.jsonl`` is written, and prints the number of distinct files in which a function
+(not module or class bodies run on import) executed, grouped by package, plus the repository's
+config files.
+
+Usage::
+
+    python benchmarks/trace_train_step.py [--list]
+
+Run it from the repository root; ``PYTHONPATH`` picks the checkout to measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import inspect
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+
+
+def _arguments(root: str, data_dir: str, workdir: str, steps: int) -> list[str]:
+    return [
+        "train", "--config", os.path.join(root, "configs/lra/listops.py:quick"),
+        "--workdir", workdir,
+        f"--config.data.dir={data_dir}", "--config.data.options.max_length=32",
+        "--config.data.generate.num_train=64", "--config.data.generate.num_val=16",
+        "--config.data.generate.num_test=16", "--config.data.generate.min_length=8",
+        "--config.data.generate.max_length=32", "--config.data.generate.max_depth=3",
+        "--config.model.max_length=32", "--config.model.num_layers=1",
+        f"--config.train.steps={steps}", "--config.train.batch_size=8",
+        "--config.train.log_every=1", f"--config.train.eval_every={steps}",
+        "--config.train.eval_steps=1", "--config.train.schedule.warmup_steps=1",
+    ]
+
+
+def trace(list_files: bool = False) -> dict[str, set[str]]:
+    """Runs the traced step; returns ``{package: {file, ...}}`` of files where a function ran."""
+    import spectral_jax
+
+    # The checkout that holds the imported package: its configs are the ones traced.
+    package_root = os.path.dirname(os.path.abspath(spectral_jax.__file__))
+    root = os.path.dirname(package_root)
+    tmp = tempfile.mkdtemp(prefix="trace_train_step_")
+    data_dir = os.path.join(tmp, "data")
+    warm = subprocess.run(
+        [sys.executable, "-c", "import sys; from spectral_jax.lra.cli import main; "
+         "sys.exit(main(sys.argv[1:]))", *_arguments(root, data_dir, os.path.join(tmp, "warm"), 1)],
+        cwd=root, capture_output=True, text=True)
+    if warm.returncode:
+        sys.exit(f"the warm-up run failed:\n{warm.stdout}\n{warm.stderr}")
+
+    workdir = os.path.join(tmp, "run")
+    metrics = os.path.join(workdir, "metrics.jsonl")
+    files: set[str] = set()
+    done = threading.Event()
+
+    def profile(frame, event, arg):
+        if done.is_set() or event not in ("call", "return"):
+            return
+        path = frame.f_code.co_filename
+        if not path.startswith(root + os.sep):
+            return
+        # CO_OPTIMIZED marks a function's code; module and class bodies run on import.
+        if event == "call" and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+            files.add(path)
+        elif event == "return" and os.path.exists(metrics) and os.path.getsize(metrics):
+            done.set()
+            sys.setprofile(None)
+            threading.setprofile(None)
+
+    from spectral_jax.lra.cli import main
+
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    try:
+        status = main(_arguments(root, data_dir, workdir, 2))
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    if status:
+        sys.exit(f"the traced run exited with status {status}")
+    if not done.is_set():
+        sys.exit("no metrics line was written")
+
+    groups: dict[str, set[str]] = collections.defaultdict(set)
+    for path in files:
+        relative = os.path.relpath(path, root)
+        if path.startswith(package_root + os.sep):
+            groups[os.path.dirname(relative).replace(os.sep, ".")].add(relative)
+        else:
+            groups["(repository, outside the package)"].add(relative)
+    return groups
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="also list the files")
+    args = parser.parse_args()
+    groups = trace()
+    in_package = sum(len(v) for k, v in groups.items() if not k.startswith("("))
+    print(f"spectral_jax files in which a function ran: {in_package}")
+    for name in sorted(groups):
+        print(f"  {name}: {len(groups[name])}")
+        if args.list:
+            for path in sorted(groups[name]):
+                print(f"      {path}")
+
+
+if __name__ == "__main__":
+    main()
