@@ -1,17 +1,62 @@
-"""Test configuration: 8 simulated CPU devices, one place for JAX settings."""
+"""Test configuration: 8 simulated CPU devices, one place for JAX settings, the `unit` subset.
+
+Compiled programs are shared through JAX's persistent compilation cache: the cache key is
+the program itself, not the Python function, so every test that builds the same program
+again (a fresh module, a re-created closure, the other xdist worker, a CLI subprocess)
+loads it instead of compiling it. The controller creates one directory per session and
+hands it to the workers through the environment; a ``JAX_COMPILATION_CACHE_DIR`` already
+set is used as given (kept across sessions).
+"""
 
 import os
+import pathlib
+import shutil
+import tempfile
+
+import pytest
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+# Workers (and subprocesses) inherit the controller's environment, so the first process to
+# import this file decides the directory for the whole session.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="spectral_jax_tests_jit_")
+    os.environ["SPECTRAL_JAX_TESTS_OWN_CACHE"] = str(os.getpid())
+# Every program is worth caching: the tests' programs are small and compile in milliseconds.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 import jax  # noqa: E402
 
 # Must run before the backend starts, i.e. before any device query or array creation.
 jax.config.update("jax_num_cpu_devices", 8)
 # The tests compile thousands of small programs whose run time is negligible: XLA's
-# optimisation passes cost more than they save (about 30% of the suite's CPU time). The
-# semantics are unchanged; benchmarks and training runs keep the optimisations.
+# optimisation passes cost more than they save. The semantics are unchanged; benchmarks
+# and training runs keep the optimisations.
 jax.config.update("jax_disable_most_optimizations", True)
+
+# Fast tests of one subject each (no training run, no subprocess, no method-by-method
+# sweep), for quick feedback: `python -m pytest -m unit`.
+UNIT_FILES = frozenset({
+    "test_attention_errors.py",
+    "test_attention_kwargs_form.py",
+    "test_bench_delta_forms.py",
+    "test_bench_dump.py",
+    "test_bench_report.py",
+    "test_configs_lra.py",
+    "test_data_batching.py",
+    "test_data_cli.py",
+    "test_data_image.py",
+    "test_data_listops.py",
+    "test_data_pathfinder.py",
+    "test_data_text_retrieval.py",
+    "test_layers.py",
+    "test_nn_inputs.py",
+    "test_plots_optional.py",
+    "test_readme.py",
+    "test_registry_complete.py",
+    "test_table_cli.py",
+})
 
 
 def pytest_configure(config):
@@ -24,3 +69,15 @@ def pytest_configure(config):
         "ignore:Exception ignored in. <function (.*\\.)?_xla_gc_callback "
         ":pytest.PytestUnraisableExceptionWarning",
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if pathlib.Path(str(item.fspath)).name in UNIT_FILES and "slow" not in item.keywords:
+            item.add_marker(pytest.mark.unit)
+
+
+def pytest_unconfigure(config):
+    # Only the process that created the session's directory removes it, after the workers.
+    if os.environ.get("SPECTRAL_JAX_TESTS_OWN_CACHE") == str(os.getpid()):
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)

@@ -150,7 +150,6 @@ def run_compile(
     """
     from spectral_jax import _checks
     from spectral_jax.attention import get_attention_spec
-    from spectral_jax.lra.cli.train import load_config
 
     _checks.positive_int("run_compile()", "repeats", repeats)
     names = list(available_attentions()) if methods is None else list(methods)
@@ -158,6 +157,24 @@ def run_compile(
         get_attention_spec(name)
     names = [BASELINE] + [n for n in names if n != BASELINE]
     path, _, arg = config_spec.partition(":")
+    # A persistent compilation cache would hand back the first repeat's executable (or a
+    # previous run's): every reading must be a real compile.
+    cache_was_on = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        records = _compile_records(path, arg, names, repeats, progress)
+    finally:
+        jax.config.update("jax_enable_compilation_cache", cache_was_on)
+    base = records[0]["total_s"]
+    for record in records:
+        record["ratio"] = record["total_s"] / base
+    return records
+
+
+def _compile_records(path: str, arg: str, names: Sequence[str], repeats: int,
+                     progress: Callable[[str], Any]) -> list[dict[str, Any]]:
+    from spectral_jax.lra.cli.train import load_config
+
     records = []
     # One untimed compile first: the process's first compile also pays one-time costs
     # (XLA's pass pipelines, Flax's graph caches) that would otherwise count against softmax.
@@ -177,9 +194,6 @@ def run_compile(
         record.update({k: min(x[k] for x in readings)
                        for k in ("lower_s", "compile_s", "total_s", "wall_s")})
         records.append(record)
-    base = records[0]["total_s"]
-    for record in records:
-        record["ratio"] = record["total_s"] / base
     return records
 
 
