@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import pathlib
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 from spectral_jax import UnknownNameError, UsageError, UsageTypeError
 from spectral_jax.lra import cli
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 HELP_COMMANDS = ["", "train", "config", "eval", "table", "sweep", "data", "data listops",
                  "data pathfinder", "data info", "bench", "bench speed", "bench error",
                  "bench dump-qkv"]
@@ -92,3 +94,17 @@ print(choices, sorted(m for m in sys.modules if m.startswith("spectral_jax.lra.c
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == ("['config', 'eval', 'table', 'train'] "
                                    "['spectral_jax.lra.cli.train']")
+
+
+def test_bench_without_out_writes_into_the_ignored_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["bench", "speed", "--methods", "nystrom", "--lengths", "32", "--heads", "1",
+                   "--head-dim", "4", "--budget", "num_landmarks=4", "--repeats", "1",
+                   "--modes", "fwd"])
+    assert rc == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench_out"]
+    assert sorted(p.name for p in (tmp_path / "bench_out").iterdir()) == ["speed.json",
+                                                                          "speed.png"]
+    assert "wrote bench_out/speed.json and bench_out/speed.png" in capsys.readouterr().out
+    assert cli.build_parser().parse_args(["bench", "error"]).out == "bench_out/error"
+    assert "/bench_out/" in (ROOT / ".gitignore").read_text().split()

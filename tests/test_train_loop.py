@@ -322,7 +322,7 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
     (["train.optimizer.weight_decay=-1.0"], r"`train.optimizer.weight_decay` must be a finite number >= 0; got -1.0"),
     (["train.schedule.steps_per_cycle=0"], r"`train.schedule.steps_per_cycle` must be a positive int or None; got 0"),
     (["train.redraw_features_every=-1"], r"`train.redraw_features_every` must be a non-negative int; got -1"),
-    # (--config.model.attention=X now brings X's own attention_kwargs: test_hardening_train.)
+    # (--config.model.attention=X brings X's own attention_kwargs: test_train_cli.py.)
 ])
 def test_config_errors_before_compile(tmp_path, override, message):
     cfg = _listops_config(tmp_path, *override)
