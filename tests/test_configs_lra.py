@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from spectral_jax.attention import available_attentions
+from spectral_jax.lra.cli.train import load_config
 from spectral_jax.lra.train import config_lib
 from spectral_jax.lra.train import steps as optim
-from spectral_jax.lra.cli.train import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,5 +139,119 @@ def test_optimizer_is_decoupled_adamw_with_clipping():
     expected = -lr * (np.sign([30.0, 40.0]) + wd * np.array([1.0, -2.0]))
     np.testing.assert_allclose(updates["w"], expected, rtol=1e-5)
     cfg.train.grad_clip_norm = -1.0
-    with pytest.raises(ValueError, match=r"`train.grad_clip_norm` must be a finite number > 0 or None; got -1.0"):
+    with pytest.raises(ValueError, match=r"`train.grad_clip_norm` must be a finite number > 0 "
+                       r"or None; got -1.0"):
         optim.make_optimizer(cfg)
+
+
+def test_causal_only_methods_get_a_causal_mean_pooled_config():
+    # The lra protocol pools by CLS; a causal-only method gets mean pooling and is_causal.
+    assert config("listops").model.pooling == "cls"
+    cfg = config("listops", "attention=gated_linear")
+    assert cfg.model.is_causal is True and cfg.model.pooling == "mean"
+    config_lib.validate_config(cfg)
+    cfg.model.pooling = "cls"
+    with pytest.raises(ValueError, match="pooling='cls'"):
+        config_lib.validate_config(cfg)
+    cfg.model.update(pooling="mean", is_causal=False)
+    with pytest.raises(ValueError, match="causal only.*model.is_causal=True"):
+        config_lib.validate_config(cfg)
+    cfg.model.attention = "luna"
+    cfg.model.attention_kwargs = {"packed_length": 4}
+    cfg.model.is_causal = True
+    with pytest.raises(ValueError, match="no causal form"):
+        config_lib.validate_config(cfg)
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("listops.py:quick", {"num_landmarks": 16, "pinv_iterations": 6, "shift": "paired",
+                          "num_delta_rows": None}),
+    ("listops.py:quick,attention=linformer", {"proj_len": 32}),
+    ("listops.py:quick,attention=performer", {"num_features": 64}),
+    ("listops.py:attention=linformer", {"proj_len": 256}),
+    ("listops.py:protocol=small,attention=nystrom", {"num_landmarks": 64, "pinv_iterations": 6}),
+    ("text.py:quick,attention=performer", {"num_features": 256}),
+    ("text.py:attention=nystrom,max_length=48", {"num_landmarks": 32, "pinv_iterations": 6}),
+    ("pathx.py:quick,attention=softmax", {}),
+])
+def test_attention_kwargs_by_value(spec, expected):
+    # The registry's defaults, the quick presets' smaller budgets, the cap at max_length.
+    task, _, arg = spec.partition(":")
+    assert config(task[:-3], arg).model.attention_kwargs.to_dict() == expected
+
+
+@pytest.mark.parametrize("task", config_lib.TASKS)
+def test_method_dependent_model_fields(task):
+    lra_dropout = config(task, "attention=softmax").model.attention_dropout_rate
+    assert lra_dropout == (0.2 if task == "image" else 0.1)
+    for attention in ("nystrom", "linformer", "gated_linear"):
+        model = config(task, f"attention={attention}").model
+        assert model.attention_dropout_rate == 0.0
+        assert model.is_causal is (attention == "gated_linear")
+        if attention == "gated_linear":
+            assert model.pooling == "mean"
+    assert config(task, "quick,max_length=40").model.max_length == 40
+
+
+def _load(spec: str, *overrides: str) -> ml_collections.ConfigDict:
+    return load_config(f"{ROOT}/configs/lra/{spec}", list(overrides))
+
+
+@pytest.mark.parametrize("task", config_lib.TASKS)
+def test_argument_fields_override_by_re_running_get_config(task):
+    for method in ("linformer", "softmax", "gated_linear"):
+        switched = _load(f"{task}.py:quick", f"model.attention={method}", "train.steps=3")
+        direct = _load(f"{task}.py:quick,attention={method}", "train.steps=3")
+        assert switched.to_dict() == direct.to_dict(), method
+    assert (_load(f"{task}.py:attention=nystrom", "model.max_length=40").to_dict()
+            == _load(f"{task}.py:attention=nystrom,max_length=40").to_dict())
+    assert (_load(f"{task}.py:quick,seed=2", "protocol=small").to_dict()
+            == _load(f"{task}.py:protocol=small,seed=2").to_dict())
+
+
+def test_overrides_after_the_argument_are_kept_in_any_order():
+    cfg = _load("listops.py:quick", "model.attention_kwargs.proj_len=8",
+                "model.attention=linformer", "model.max_length=64")
+    assert cfg.model.attention_kwargs.to_dict() == {"proj_len": 8}
+    assert cfg.model.max_length == 64
+    cfg = _load("listops.py:quick", "model.attention_kwargs.num_delta_rows=4")
+    assert cfg.model.attention_kwargs.num_delta_rows == 4  # a None field takes a literal
+
+
+def test_the_loaded_config_is_the_whole_config():
+    import json
+
+    cfg = _load("listops.py:quick", "model.attention=nystrom")
+    # No state beyond the fields: the same attributes as an empty ConfigDict, and its JSON
+    # rebuilds an equal config.
+    assert set(vars(cfg)) == set(vars(ml_collections.ConfigDict()))
+    assert ml_collections.ConfigDict(json.loads(cfg.to_json())).to_dict() == cfg.to_dict()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.attention=bogus", r"--config.model.attention=bogus \(re-runs get_config with "
+                              r"'attention=bogus'\): attention='bogus' is unknown; known methods: "
+                              r"\['clustered'"),
+    ("protocol=huge", r"--config.protocol=huge .*protocol='huge' is unknown for task "
+                      r"'listops'; allowed: \['lra', 'quick', 'small'\]"),
+    ("model.max_length=long", r"--config.model.max_length=long .*max_length='long': "
+                              r"expected int"),
+    ("model.attention_kwargs.proj_len=3", r"attention='spectral_shift' takes no 'proj_len' "
+                                          r"\(its parameters: .*add --config.model.attention="
+                                          r"linformer"),
+    ("model.attention_kwargs.num_landmarks=many", r"num_landmarks=many: .*num_landmarks is an "
+                                                  r"int field"),
+])
+def test_bad_overrides_name_the_field_the_value_and_what_is_allowed(override, message):
+    with pytest.raises(config_lib.UsageError, match=message):
+        _load("listops.py:quick", override)
+
+
+def test_with_arguments_replaces_the_named_items():
+    from spectral_jax.lra.train.overrides import with_arguments
+
+    assert with_arguments(None, {"attention": "nystrom"}) == "attention=nystrom"
+    assert with_arguments("quick,attention=linear,seed=1", {"attention": "nystrom"}) == (
+        "quick,seed=1,attention=nystrom")
+    assert with_arguments("quick", {"protocol": "small"}) == "protocol=small"
+    assert with_arguments("protocol=lra", {}) == "protocol=lra"

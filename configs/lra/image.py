@@ -4,7 +4,8 @@
         --config.data.dir=/data/cifar10 --workdir runs/image_perf
 
 Arguments after ``:``: ``attention=<registry name>`` (default ``spectral_shift``),
-``protocol=lra|small|quick`` (default ``lra``), ``quick``, ``seed=<int>``. ``data.dir`` holds
+``protocol=lra|small|quick`` (default ``lra``), ``quick``, ``seed=<int>``,
+``max_length=<int>`` (the model's length; budgets are capped at it). ``data.dir`` holds
 ``cifar-10-batches-py/``. The ``quick`` preset is Fashion-MNIST (784 pixels, 10 classes; Debian
 package ``dataset-fashion-mnist``, found under ``data.dir`` or ``/usr/share/datasets``).
 ``data.options.mask_zero_pixels=True`` reproduces LRA's masking of black pixels as padding.
@@ -75,6 +76,22 @@ QUICK = {
 }
 
 
+PRESETS = {"lra": LRA, "small": SMALL, "quick": QUICK}
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The Image config for ``arg`` (see the module docstring)."""
-    return config_lib.from_presets("image", arg, {"lra": LRA, "small": SMALL, "quick": QUICK})
+    a = config_lib.parse_arg(arg, **config_lib.TASK_ARGS)
+    protocol, preset = config_lib.select_preset("image", a, PRESETS)
+    model = dict(preset["model"])
+    if a.max_length is not None:
+        model["max_length"] = a.max_length
+    # The fields that depend on the method: weight dropout, causality and pooling here; its
+    # attention_kwargs (registry defaults, the preset's choices, the budget capped at
+    # max_length) in build_config.
+    model.update(config_lib.method_model_fields(a.attention, model))
+    return config_lib.build_config(
+        task="image", protocol=protocol, attention=a.attention, seed=a.seed,
+        data=preset["data"], model=model, train=preset["train"],
+        attention_overrides=preset.get("attention_kwargs", {}).get(a.attention),
+    )

@@ -5,8 +5,11 @@
         --config.data.dir=/data/lra_release/listops-1000 --workdir runs/listops_nys
 
 Arguments after ``:`` (comma separated): ``attention=<registry name>`` (default
-``spectral_shift``), ``protocol=lra|small|quick`` (default ``lra``), ``quick``, ``seed=<int>``.
-Any field can be overridden with ``--config.<path>=<value>``.
+``spectral_shift``), ``protocol=lra|small|quick`` (default ``lra``), ``quick``, ``seed=<int>``,
+``max_length=<int>`` (the model's length; budgets are capped at it). Any field can be
+overridden with ``--config.<path>=<value>``; ``--config.model.attention=X`` and
+``--config.model.max_length=N`` re-run ``get_config`` with ``attention=X`` / ``max_length=N``, so
+the fields that follow from them are computed here, as for ``:attention=X``.
 
 - ``lra``: ``listops/configs/base_listops_config.py`` of google-research/long-range-arena
   (4 layers, width 512, AdamW b2=0.98 eps=1e-9 wd=0.1, base lr 0.05 with 1000 warmup steps
@@ -81,8 +84,22 @@ QUICK = {
 }
 
 
+PRESETS = {"lra": LRA, "small": SMALL, "quick": QUICK}
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The ListOps config for ``arg`` (see the module docstring)."""
-    return config_lib.from_presets(
-        "listops", arg, {"lra": LRA, "small": SMALL, "quick": QUICK}
+    a = config_lib.parse_arg(arg, **config_lib.TASK_ARGS)
+    protocol, preset = config_lib.select_preset("listops", a, PRESETS)
+    model = dict(preset["model"])
+    if a.max_length is not None:
+        model["max_length"] = a.max_length
+    # The fields that depend on the method: weight dropout, causality and pooling here; its
+    # attention_kwargs (registry defaults, the preset's choices, the budget capped at
+    # max_length) in build_config.
+    model.update(config_lib.method_model_fields(a.attention, model))
+    return config_lib.build_config(
+        task="listops", protocol=protocol, attention=a.attention, seed=a.seed,
+        data=preset["data"], model=model, train=preset["train"],
+        attention_overrides=preset.get("attention_kwargs", {}).get(a.attention),
     )

@@ -4,7 +4,8 @@
         --config.data.dir=/data/lra_release/pathfinder128 --workdir runs/pathx_sky
 
 Arguments after ``:``: ``attention=<registry name>`` (default ``spectral_shift``),
-``protocol=lra|small|quick`` (default ``lra``), ``quick``, ``seed=<int>``. ``data.dir`` holds
+``protocol=lra|small|quick`` (default ``lra``), ``quick``, ``seed=<int>``,
+``max_length=<int>`` (the model's length; budgets are capped at it). ``data.dir`` holds
 the release's ``pathfinder128`` folder.
 
 - ``lra``: ``image/configs/pathfinder128/transformer_base.py`` (1 layer, width 32, 2 heads,
@@ -64,6 +65,22 @@ QUICK = {
 }
 
 
+PRESETS = {"lra": LRA, "small": SMALL, "quick": QUICK}
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The Path-X config for ``arg`` (see the module docstring)."""
-    return config_lib.from_presets("pathx", arg, {"lra": LRA, "small": SMALL, "quick": QUICK})
+    a = config_lib.parse_arg(arg, **config_lib.TASK_ARGS)
+    protocol, preset = config_lib.select_preset("pathx", a, PRESETS)
+    model = dict(preset["model"])
+    if a.max_length is not None:
+        model["max_length"] = a.max_length
+    # The fields that depend on the method: weight dropout, causality and pooling here; its
+    # attention_kwargs (registry defaults, the preset's choices, the budget capped at
+    # max_length) in build_config.
+    model.update(config_lib.method_model_fields(a.attention, model))
+    return config_lib.build_config(
+        task="pathx", protocol=protocol, attention=a.attention, seed=a.seed,
+        data=preset["data"], model=model, train=preset["train"],
+        attention_overrides=preset.get("attention_kwargs", {}).get(a.attention),
+    )

@@ -4,7 +4,8 @@
         --config.data.dir=/data/lra_release/tsv_data --workdir runs/retrieval_sky
 
 Arguments after ``:``: ``attention=<registry name>`` (default ``spectral_shift``),
-``protocol=lra|small|quick`` (default ``lra``), ``quick``, ``seed=<int>``. ``data.dir`` holds
+``protocol=lra|small|quick`` (default ``lra``), ``quick``, ``seed=<int>``,
+``max_length=<int>`` (the model's length; budgets are capped at it). ``data.dir`` holds
 ``new_aan_pairs.{train,eval,test}.tsv`` from ``lra_release/tsv_data``.
 
 - ``lra``: ``matching/configs/base_match_config.py`` (4000 bytes per document, 4 layers,
@@ -60,8 +61,22 @@ QUICK = {
 }
 
 
+PRESETS = {"lra": LRA, "small": SMALL, "quick": QUICK}
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The Retrieval config for ``arg`` (see the module docstring)."""
-    return config_lib.from_presets(
-        "retrieval", arg, {"lra": LRA, "small": SMALL, "quick": QUICK}
+    a = config_lib.parse_arg(arg, **config_lib.TASK_ARGS)
+    protocol, preset = config_lib.select_preset("retrieval", a, PRESETS)
+    model = dict(preset["model"])
+    if a.max_length is not None:
+        model["max_length"] = a.max_length
+    # The fields that depend on the method: weight dropout, causality and pooling here; its
+    # attention_kwargs (registry defaults, the preset's choices, the budget capped at
+    # max_length) in build_config.
+    model.update(config_lib.method_model_fields(a.attention, model))
+    return config_lib.build_config(
+        task="retrieval", protocol=protocol, attention=a.attention, seed=a.seed,
+        data=preset["data"], model=model, train=preset["train"],
+        attention_overrides=preset.get("attention_kwargs", {}).get(a.attention),
     )

@@ -9,11 +9,11 @@
 
 ``--config FILE.py[:ARG]`` calls ``get_config(ARG)`` of the file; every ``--config.a.b=VALUE``
 then overrides one field (VALUE parsed by the field's type), as with
-``ml_collections.config_flags`` but without absl; the method's defaults and budget caps are
-resolved after all overrides (:mod:`spectral_jax.lra.train.overrides`). Errors in the config, the
-data directory or the workdir print one message and exit with status 2; a diverged run exits
-with status 1 (both reported by :func:`spectral_jax.lra.cli.main`). SIGINT (Ctrl-C) or SIGTERM
-stops ``train`` after the current step, checkpointed, with the line ``interrupted at step N;
+``ml_collections.config_flags`` but without absl; ``--config.model.attention=X`` re-runs
+``get_config`` with ``attention=X`` (:mod:`spectral_jax.lra.train.overrides`). Errors in the
+config, the data directory or the workdir print one message and exit with status 2; a
+diverged run exits with status 1 (both reported by :func:`spectral_jax.lra.cli.main`). SIGINT
+(Ctrl-C) or SIGTERM stops ``train`` after the current step, checkpointed, with the line ``interrupted at step N;
 checkpoint saved; rerun the same command to resume`` and exit status 130 or 143
 (:mod:`spectral_jax.lra.train.interrupt`).
 """
@@ -30,7 +30,7 @@ from typing import Any
 import ml_collections
 
 from spectral_jax import UsageError
-from spectral_jax.lra.train.overrides import apply_overrides
+from spectral_jax.lra.train import overrides as overrides_lib
 
 
 def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDict:
@@ -38,9 +38,9 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
 
     Args:
         spec: path of a config file defining ``get_config(arg)``, optionally ``:arg``.
-        overrides: ``"a.b=VALUE"`` strings, each parsed by its field's type; method defaults
-          and budget caps are then resolved for the final method and length (see
-          :mod:`spectral_jax.lra.train.overrides`).
+        overrides: ``"a.b=VALUE"`` strings, each parsed by its field's type; one that sets
+          ``model.attention`` or ``model.max_length`` re-runs ``get_config`` with that argument
+          (see :mod:`spectral_jax.lra.train.overrides`).
 
     Returns:
         The config.
@@ -63,8 +63,7 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
     module_spec.loader.exec_module(module)
     if not hasattr(module, "get_config"):
         raise UsageError(f"--config {spec!r}: {path} defines no get_config(arg)")
-    config = module.get_config(arg or None)
-    return apply_overrides(config, overrides)
+    return overrides_lib.load(module.get_config, arg or None, overrides)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

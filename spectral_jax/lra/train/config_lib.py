@@ -1,6 +1,12 @@
-"""What the LRA config files (``configs/lra/<task>.py``, one per task) share: the parser of
-``get_config("attention=nystrom,protocol=small")``, the attention defaults (from the
-registry) and the config schema, in the style of big_vision's ``configs/common.py``.
+"""What the LRA config files (``configs/lra/<task>.py``, one per task) share, in the style of
+big_vision's ``configs/common.py``: the parser of
+``get_config("attention=nystrom,protocol=small")``, the method-dependent values a config file
+computes (attention defaults from the registry, budget caps, dropout and causal fields) and the
+config schema.
+
+A config file's ``get_config(arg)`` computes every field; the loaded ConfigDict is the whole
+config (:mod:`spectral_jax.lra.train.overrides` re-runs ``get_config`` when an override sets a
+field the argument determines, see :data:`ARG_FIELDS`).
 """
 
 from __future__ import annotations
@@ -32,27 +38,44 @@ SMALL_OPTIMIZER: dict[str, Any] = {
 QUICK_OPTIMIZER: dict[str, Any] = {
     "learning_rate": 1e-3, "b1": 0.9, "b2": 0.98, "eps": 1e-9, "weight_decay": 0.01}
 
+# The argument every configs/lra file takes: ``attention=<method>``, ``protocol=lra|small|quick``
+# (the bare word ``quick`` is ``protocol=quick``), ``seed=<int>`` and ``max_length=<int>`` (the
+# model's length; None keeps the protocol's, and budgets are capped at it).
+TASK_ARGS: dict[str, Any] = {
+    "attention": "spectral_shift", "protocol": "lra", "quick": False, "seed": 0,
+    "max_length": int,
+}
+# Config fields that a configs/lra argument determines: an override of one re-runs get_config
+# with that argument (fields derived from it follow) instead of setting the field alone.
+ARG_FIELDS: dict[str, str] = {
+    "model.attention": "attention", "model.max_length": "max_length", "protocol": "protocol",
+}
+
+
 def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
     """Parses ``"key=value,key2=value2"`` (the part after ``:`` in ``--config file.py:arg``).
 
-    Values are converted to the type of the default (int, float, bool or str). A bare word such as
+    Values are converted to the type of the default (int, float, bool or str); a default given
+    as a type (``max_length=int``) means None unless the argument sets it. A bare word such as
     ``quick`` sets the boolean default of that name to True.
 
     Args:
         arg: the argument string, or None / "" for all defaults.
-        **defaults: allowed keys and their default values.
+        **defaults: allowed keys and their default values (or types).
 
     Returns:
         A ConfigDict with every default key.
 
     Raises:
-        spectral_jax.UsageError: for a key that is not one of ``defaults`` or a value of the wrong type.
+        spectral_jax.UsageError: for a key that is not one of ``defaults`` or a value of the
+          wrong type.
 
     Example:
         >>> parse_arg("attention=nystrom,quick", attention="softmax", quick=False).quick
         True
     """
-    result = ml_collections.ConfigDict(dict(defaults))
+    result = ml_collections.ConfigDict(
+        {k: config_dict.placeholder(v) if isinstance(v, type) else v for k, v in defaults.items()})
     for item in filter(None, (part.strip() for part in (arg or "").split(","))):
         key, sep, raw = item.partition("=")
         key = key.strip()
@@ -71,6 +94,8 @@ def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
 
 
 def _convert(key: str, raw: str, default: Any) -> Any:
+    if isinstance(default, type):
+        default = default()
     if isinstance(default, bool):
         if raw.lower() not in ("true", "false", "1", "0"):
             raise UsageError(f"config argument {key}={raw!r}: expected true or false")
@@ -88,7 +113,7 @@ def _convert(key: str, raw: str, default: Any) -> Any:
 
 def attention_kwargs(attention: str, max_length: int | None = None,
                      choices: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Default parameters of an attention method (its registry entry), budget capped at ``max_length``.
+    """Default parameters of an attention method (its registry entry), budget capped at the length.
 
     Args:
         attention: registry name (see ``spectral_jax.attention.available_attentions()``).
@@ -216,7 +241,7 @@ def model_types() -> dict[str, type]:
     """
     import typing
 
-    from spectral_jax.nn._config import TransformerConfig
+    from spectral_jax.nn import TransformerConfig
 
     hints = typing.get_type_hints(TransformerConfig)
     return {name: hint for name, hint in hints.items() if hint in (int, float, bool, str)}
@@ -234,7 +259,7 @@ def model_defaults() -> dict[str, Any]:
     """
     import numpy as np
 
-    from spectral_jax.nn._config import TransformerConfig
+    from spectral_jax.nn import TransformerConfig
 
     out: dict[str, Any] = {}
     for field in dataclasses.fields(TransformerConfig):
@@ -255,8 +280,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         config: a config built by :func:`build_config` (possibly with overrides).
 
     Raises:
-        spectral_jax.UsageError: unknown task, protocol, attention method, schedule, pooling or positional
-          encoding; a non-positive step count, batch size or interval; missing sections.
+        spectral_jax.UsageError: unknown task, protocol, attention method, schedule, pooling or
+          positional encoding; a non-positive step count, batch size or interval; missing sections.
         spectral_jax.UsageTypeError: a value of the wrong kind (a string step count); see
           :mod:`spectral_jax._checks` for the rule.
 
@@ -266,8 +291,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     """
     from spectral_jax import attention as attention_lib
     from spectral_jax.lra.train.steps import SCHEDULES
-    from spectral_jax.nn._attention import allowed_attention_kwargs
-    from spectral_jax.nn._config import check_fields
+    from spectral_jax.nn import TransformerConfig, allowed_attention_kwargs
 
     for section in ("data", "model", "train"):
         if section not in config:
@@ -292,10 +316,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise UsageError(
             f"model.attention_kwargs has {unknown}, which attention={model.attention!r} does not "
             f"take (allowed: {sorted(allowed)}). To switch a preset to another method, use the "
-            f"config argument, e.g. configs/lra/{config.task}.py:attention={model.attention}, "
+            f"config argument, e.g. configs/lra/{config.task}.py:attention={model.attention} "
+            f"(or --config.model.attention={model.attention}, which re-runs get_config with it), "
             "which brings that method's own attention_kwargs"
         )
-    check_fields(model.to_dict(), owner=_OWNER, prefix="model.")
+    TransformerConfig.check_fields(model.to_dict(), owner=_OWNER, prefix="model.")
     _check_causal(model, attention_lib.get_attention_spec(model.attention))
     opt = train.optimizer
     for name in ("b1", "b2"):
@@ -323,66 +348,39 @@ def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:
             "see only itself; use model.pooling='mean'")
 
 
-def from_presets(
-    task: str, arg: str | None, presets: dict[str, dict[str, Any]]
-) -> ml_collections.ConfigDict:
-    """The config of ``task`` for ``get_config(arg)`` from a task file's per-protocol presets.
-
-    ``arg`` takes ``attention=<method>`` (default ``spectral_shift``), ``protocol=lra|small|quick``
-    (default ``lra``), the bare word ``quick`` (= ``protocol=quick``) and ``seed=<int>``, e.g.
-    ``"attention=nystrom,protocol=small"``. Attention-weight dropout exists only for exact
-    softmax attention, so other methods get ``attention_dropout_rate=0``; causal-only methods
-    (``gated_linear``) get ``model.is_causal=True`` and ``model.pooling="mean"``.
-
-    Args:
-        task: one of :data:`TASKS`.
-        arg: the string after ``:`` in ``--config file.py:arg``.
-        presets: protocol -> ``{"data": ..., "model": ..., "train": ...}`` (see
-          :func:`build_config`).
-
-    Returns:
-        The config.
+def select_preset(task: str, arg: ml_collections.ConfigDict,
+                  presets: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The protocol that ``arg`` (parsed with :data:`TASK_ARGS`) names, and its preset.
 
     Raises:
-        spectral_jax.UsageError: unknown argument key, protocol or attention method.
+        spectral_jax.UsageError: a protocol ``presets`` does not have.
 
     Example:
-        >>> p = {"quick": {"data": {"dir": "d"}, "model": {"max_length": 64}, "train": {}}}
-        >>> cfg = from_presets("listops", "quick,attention=nystrom", p)
-        >>> cfg.model.attention_kwargs.num_landmarks
-        64
+        >>> a = parse_arg("quick", **TASK_ARGS)
+        >>> select_preset("listops", a, {"quick": {"model": {}}})
+        ('quick', {'model': {}})
     """
-    a = parse_arg(arg, attention="spectral_shift", protocol="lra", quick=False, seed=0)
-    protocol = "quick" if a.quick else a.protocol
+    protocol = "quick" if arg.quick else arg.protocol
     if protocol not in presets:
         raise UsageError(
             f"protocol={protocol!r} is unknown for task {task!r}; allowed: {sorted(presets)}"
         )
-    preset = presets[protocol]
-    model = dict(preset["model"])
-    attention_overrides = dict(preset.get("attention_kwargs", {}).get(a.attention, {}))
-    model.update(method_model_fields(a.attention, preset["model"]))
-    cfg = build_config(
-        task=task, protocol=protocol, attention=a.attention, seed=a.seed, data=preset["data"],
-        model=model, train=preset["train"], attention_overrides=attention_overrides,
-    )
-    # What resolve_attention needs when an override switches the method: an attribute of this
-    # object, not a config field (config.json stays as it is).
-    object.__setattr__(cfg, _PRESET_ATTR, {
-        "attention_kwargs": preset.get("attention_kwargs", {}), "model": preset["model"]})
-    return cfg
+    return protocol, presets[protocol]
 
 
 def method_model_fields(attention: str, preset_model: dict[str, Any]) -> dict[str, Any]:
-    """The ``model`` fields a preset sets by method: attention-weight dropout exists only for
-    methods that form the weights (exact softmax), so others get ``attention_dropout_rate=0``;
-    causal-only methods get ``is_causal=True`` and mean pooling.
+    """The ``model`` fields that depend on the method, from its registry entry.
 
-    Used when the config is built and again when an override switches the method.
+    Attention-weight dropout exists only for methods that form the weights (exact softmax), so
+    others get ``attention_dropout_rate=0``; causal-only methods (``gated_linear``, a
+    recurrence) get ``is_causal=True`` and mean pooling, because a causal CLS token at position
+    0 would see only itself.
 
     Example:
         >>> method_model_fields("nystrom", {"attention_dropout_rate": 0.1})
         {'attention_dropout_rate': 0.0}
+        >>> method_model_fields("gated_linear", {})["is_causal"]
+        True
     """
     from spectral_jax.attention import ATTENTIONS
 
@@ -390,10 +388,5 @@ def method_model_fields(attention: str, preset_model: dict[str, Any]) -> dict[st
     rate = preset_model.get("attention_dropout_rate", 0.0)
     fields = {"attention_dropout_rate": rate if spec is not None and spec.weight_dropout else 0.0}
     if spec is not None and spec.causal_only:
-        # A recurrence (gated_linear) runs causally; a causal CLS token at position 0 would
-        # see only itself, so these methods pool by the mean over valid tokens.
         fields.update(is_causal=True, pooling="mean")
     return fields
-
-
-_PRESET_ATTR = "_spectral_jax_preset"

@@ -1,18 +1,17 @@
-"""``--config.FIELD=VALUE`` overrides: each parsed by its field's type, then the method re-derived.
+"""``--config.FIELD=VALUE`` overrides of a config file's ``get_config(arg)``.
 
-As ``ml_collections.config_flags`` does, a value is read by the type of the field it sets: a
-string field takes the text as it is (``--config.data.dir=2024`` is the folder ``"2024"``; a
-quoted ``'cifar10'``, as scripts pass it, loses its quotes), an int field an integer (``1e3``
-too), a float field a number, a bool field ``true``/``false`` (``1``/``0``, ``yes``/``no``);
-``none`` sets any field but a string one to None. Fields whose default is None carry their
-type (ml_collections placeholders, see ``config_lib``); a field without a known type takes a
-Python literal, else the text.
-
-Method defaults and budget caps are resolved after all overrides: when ``model.attention`` or
-``model.max_length`` changed, ``model.attention_kwargs`` is re-derived for the final method and
-length (:func:`resolve_attention`). ``--config.model.attention_kwargs.NAME=VALUE`` is applied
-last, checked against the final method's parameters, and kept as given: an explicit value
-beats the cap (the function then reports a budget it cannot use).
+An override of a field that the file's argument determines (:data:`config_lib.ARG_FIELDS`:
+``model.attention``, ``model.max_length``, ``protocol``) re-runs ``get_config`` with that
+argument, so ``--config.model.attention=X`` is ``FILE.py:...,attention=X`` and every field that
+follows from the method (its ``attention_kwargs``, weight dropout, causality) is the file's
+own. Every other override then sets one field, in order, as ``ml_collections.config_flags``
+does: the value is read by the type of the field it sets. A string field takes the text as it
+is (``--config.data.dir=2024`` is the folder ``"2024"``; a quoted ``'cifar10'``, as scripts pass
+it, loses its quotes), an int field an integer (``1e3`` too), a float field a number, a bool
+field ``true``/``false`` (``1``/``0``, ``yes``/``no``); ``none`` sets any field but a string one
+to None. Fields whose default is None carry their type (ml_collections placeholders, see
+``config_lib``); a field without a known type takes a Python literal, else the text. Nothing is
+derived after the overrides: the ConfigDict returned is the config.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from __future__ import annotations
 import ast
 import difflib
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import ml_collections
@@ -34,35 +33,92 @@ _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0"
 _MISSING = (KeyError, AttributeError, IndexError, TypeError)
 
 
-def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str]
-                    ) -> ml_collections.ConfigDict:
-    """Applies ``"a.b=VALUE"`` overrides to ``config`` (in place) and returns it.
+def load(get_config: Callable[[str | None], ml_collections.ConfigDict], arg: str | None,
+         overrides: Iterable[str] = ()) -> ml_collections.ConfigDict:
+    """``get_config(arg)`` with ``"a.b=VALUE"`` overrides applied.
+
+    Overrides of :data:`config_lib.ARG_FIELDS` go into the argument (``model.attention=X``
+    becomes ``attention=X``) and ``get_config`` runs once with it; the others then set their
+    field in order (:func:`set_field`).
+
+    Args:
+        get_config: a config file's ``get_config``.
+        arg: the text after ``:`` in ``--config FILE.py:ARG`` (None or "" for none).
+        overrides: ``"a.b=VALUE"`` strings.
+
+    Returns:
+        The config.
 
     Raises:
-        spectral_jax.UsageError: a malformed override, a field the config does not have (with the nearest
-          names, or the ``model.attention_kwargs.`` path of a method parameter), a value its
-          field's type cannot take, or a method parameter the final method does not take.
+        spectral_jax.UsageError: a malformed override, an argument value ``get_config`` refuses,
+          a field the config does not have (with the nearest names, or the
+          ``model.attention_kwargs.`` path of a method parameter), a value its field's type
+          cannot take, or a method parameter the method does not take.
+
+    Example:
+        >>> import importlib.util
+        >>> spec = importlib.util.spec_from_file_location("listops", "configs/lra/listops.py")
+        >>> module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+        >>> cfg = load(module.get_config, "quick", ["model.attention=linformer", "data.dir=2024"])
+        >>> cfg.model.attention_kwargs.to_dict(), cfg.data.dir
+        ({'proj_len': 32}, '2024')
+    """
+    pairs = [_split(item) for item in overrides]
+    given = {config_lib.ARG_FIELDS[key]: (key, raw) for key, raw in pairs
+             if key in config_lib.ARG_FIELDS}
+    try:
+        config = get_config(with_arguments(arg, {name: raw for name, (_, raw) in given.items()})
+                            or None)
+    except UsageError as e:
+        if not given:
+            raise
+        sets = ", ".join(f"--config.{key}={raw}" for key, raw in given.values())
+        args = ",".join(f"{name}={raw}" for name, (_, raw) in given.items())
+        raise UsageError(f"{sets} (re-runs get_config with {args!r}): {e}") from None
+    for key, raw in pairs:
+        if key not in config_lib.ARG_FIELDS:
+            set_field(config, key, raw)
+    return config
+
+
+def with_arguments(arg: str | None, values: dict[str, str]) -> str:
+    """``arg`` with each ``name=value`` of ``values`` replacing that name's item.
+
+    ``protocol`` also replaces the bare word ``quick`` (its short form).
+
+    Example:
+        >>> with_arguments("quick,attention=nystrom", {"attention": "softmax"})
+        'quick,attention=softmax'
+        >>> with_arguments("quick,seed=1", {"protocol": "small"})
+        'seed=1,protocol=small'
+    """
+    replaced = set(values) | ({"quick"} if "protocol" in values else set())
+    items = [item for item in (part.strip() for part in (arg or "").split(","))
+             if item and item.partition("=")[0].strip() not in replaced]
+    return ",".join([*items, *(f"{name}={value}" for name, value in values.items())])
+
+
+def set_field(config: ml_collections.ConfigDict, key: str, raw: str) -> None:
+    """Sets the field ``key`` (``"a.b.c"``) of ``config`` to ``raw`` read by the field's type.
+
+    A method parameter that the config's method takes but does not record
+    (``model.attention_kwargs.NAME``) is added, read by the type of its default.
+
+    Raises:
+        spectral_jax.UsageError: a field the config does not have, a value its type cannot
+          take, or a method parameter the config's method does not take.
 
     Example:
         >>> cfg = config_lib.build_config(task="listops", protocol="quick", attention="nystrom",
         ...     seed=0, data={"dir": "d"}, model={"max_length": 128}, train={})
-        >>> cfg = apply_overrides(cfg, ["data.dir=2024", "model.max_length=40"])
-        >>> cfg.data.dir, cfg.model.attention_kwargs.num_landmarks
-        ('2024', 32)
+        >>> set_field(cfg, "train.steps", "1e3"); set_field(cfg, "data.dir", "2024")
+        >>> cfg.train.steps, cfg.data.dir
+        (1000, '2024')
     """
-    pairs = [_split(item) for item in overrides]
-    schema = "model" in config and "attention_kwargs" in config.model
-    built = (config.model.attention, config.model.max_length) if schema else None
-    for key, raw in pairs:
-        if not (schema and key.startswith(_KWARGS)):
-            _set(config, key, raw)
-    if schema:
-        given = {key[len("model."):] for key, _ in pairs if key.startswith("model.")}
-        resolve_attention(config, attention=built[0], max_length=built[1], given=given)
-        for key, raw in pairs:
-            if key.startswith(_KWARGS):
-                _set_method_parameter(config, key, raw)
-    return config
+    if key.startswith(_KWARGS) and "model" in config and "attention_kwargs" in config.model:
+        _set_method_parameter(config, key, raw)
+    else:
+        _set(config, key, raw)
 
 
 def parse_value(key: str, raw: str, kind: type) -> Any:
@@ -100,56 +156,6 @@ def parse_value(key: str, raw: str, kind: type) -> Any:
     return value
 
 
-def resolve_attention(config: ml_collections.ConfigDict, *, attention: str,
-                      max_length: int | None, given: Iterable[str] = ()) -> None:
-    """Re-derives the method's parameters after overrides changed the method or the length.
-
-    ``config`` was built for ``attention`` at ``max_length`` (``model.max_length``); when
-    either now differs, ``model.attention_kwargs`` becomes the new method's registry defaults
-    with the preset's choices for it (``config_lib.from_presets``'s ``attention_kwargs``), the
-    budget capped at the new length, as ``FILE.py:attention=<method>`` would have built it.
-    On a switch, the model fields a preset sets by method
-    (``config_lib.method_model_fields``: ``attention_dropout_rate``) follow too, except those
-    in ``given``.
-
-    Args:
-        config: the config, changed in place.
-        attention: the method it was built for.
-        max_length: the ``model.max_length`` it was built for.
-        given: ``model`` fields the user overrode explicitly (kept).
-
-    Example:
-        >>> p = {"quick": {"data": {"dir": "d"}, "model": {"max_length": 512}, "train": {}}}
-        >>> cfg = config_lib.from_presets("text", "quick,attention=linformer", p)
-        >>> cfg.model.max_length = 100
-        >>> resolve_attention(cfg, attention="linformer", max_length=512)
-        >>> cfg.model.attention_kwargs.proj_len
-        64
-    """
-    from spectral_jax.attention import ATTENTIONS
-
-    model = config.model
-    new = model.attention
-    if (new, model.max_length) == (attention, max_length) or new not in ATTENTIONS:
-        return  # unchanged, or an unknown name that validate_config reports with its field
-    preset = getattr(config, config_lib._PRESET_ATTR, None)  # noqa: SLF001
-    if preset is not None:
-        choices = dict(preset["attention_kwargs"].get(new, {}))
-    elif new == attention:  # a config without presets: its non-default values are choices
-        built = config_lib.attention_kwargs(attention, max_length)
-        choices = {k: v for k, v in model.attention_kwargs.items() if built.get(k) != v}
-    else:
-        choices = {}
-    with model.ignore_type():
-        model.attention_kwargs = ml_collections.ConfigDict(
-            config_lib.attention_kwargs(new, model.max_length, choices))
-    if new != attention:
-        fields = config_lib.method_model_fields(new, preset["model"] if preset else model)
-        for name, value in fields.items():
-            if name not in set(given):
-                model[name] = value
-
-
 def _split(item: str) -> tuple[str, str]:
     key, sep, raw = item.partition("=")
     if not sep or not key:
@@ -171,7 +177,7 @@ def _set(config: ml_collections.ConfigDict, key: str, raw: str) -> None:
 
 def _set_method_parameter(config: ml_collections.ConfigDict, key: str, raw: str) -> None:
     from spectral_jax.attention import ATTENTIONS
-    from spectral_jax.nn._attention import allowed_attention_kwargs
+    from spectral_jax.nn import allowed_attention_kwargs
 
     name, attention = key[len(_KWARGS):], config.model.attention
     if attention not in ATTENTIONS:
@@ -193,7 +199,7 @@ def _set_method_parameter(config: ml_collections.ConfigDict, key: str, raw: str)
 
 def _parameter_default(attention: str, name: str) -> Any:
     from spectral_jax.attention import ATTENTIONS
-    from spectral_jax.nn._attention import module_options
+    from spectral_jax.nn import module_options
 
     param = inspect.signature(ATTENTIONS[attention].fn).parameters.get(name)
     if param is not None and param.default is not inspect.Parameter.empty:
@@ -203,7 +209,7 @@ def _parameter_default(attention: str, name: str) -> Any:
 
 def _methods_taking(name: str) -> list[str]:
     from spectral_jax.attention import available_attentions
-    from spectral_jax.nn._attention import allowed_attention_kwargs
+    from spectral_jax.nn import allowed_attention_kwargs
 
     return [m for m in available_attentions() if name in allowed_attention_kwargs(m)]
 
