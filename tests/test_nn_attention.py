@@ -295,7 +295,7 @@ def test_bad_configuration_errors():
     with pytest.raises(ValueError, match=r"attention_kwargs\['key_value_seq_lengths'\] is per-call"):
         MultiHeadAttention(H, E, attention="nystrom",
                            attention_kwargs={"key_value_seq_lengths": jnp.array([3, 3])}, rngs=rngs)
-    with pytest.raises(ValueError, match=r"attention_kwargs\['head_chunk_size'\] must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"`attention_kwargs\['head_chunk_size'\]` must be a positive int; got 0"):
         MultiHeadAttention(H, E, attention="nystrom", attention_kwargs={"head_chunk_size": 0},
                            rngs=rngs)
     with pytest.raises(ValueError, match="max_length"):

@@ -17,7 +17,6 @@ from spectral_jax.nn import (
     TransformerEncoder,
     sinusoidal_positions,
 )
-from spectral_jax.lra.train import config_lib
 
 B, L, E, H = 2, 8, 8, 2
 D = E // H
@@ -130,25 +129,6 @@ def test_encoder_hands_lunas_p_from_block_to_block():
     without = encoder.norm(block1(x, pairwise, deterministic=True))
     chex.assert_trees_all_close(got, with_carry, atol=1e-5)
     assert float(jnp.abs(got - without).max()) > 1e-4
-
-
-def test_causal_only_methods_get_a_causal_mean_pooled_config():
-    cfg = config_lib.from_presets("listops", "quick,attention=gated_linear",
-                                  {"quick": {"data": {"dir": "d"}, "model": {"pooling": "cls"},
-                                             "train": {}}})
-    assert cfg.model.is_causal is True and cfg.model.pooling == "mean"
-    config_lib.validate_config(cfg)
-    cfg.model.pooling = "cls"
-    with pytest.raises(ValueError, match="pooling='cls'"):
-        config_lib.validate_config(cfg)
-    cfg.model.update(pooling="mean", is_causal=False)
-    with pytest.raises(ValueError, match="causal only.*model.is_causal=True"):
-        config_lib.validate_config(cfg)
-    cfg.model.attention = "luna"
-    cfg.model.attention_kwargs = {"packed_length": 4}
-    cfg.model.is_causal = True
-    with pytest.raises(ValueError, match="no causal form"):
-        config_lib.validate_config(cfg)
 
 
 def _n_params(module) -> int:

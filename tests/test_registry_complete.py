@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import inspect
 
+import attention_cases
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from spectral_jax.attention import ATTENTIONS, STATE_KINDS
-from spectral_jax.nn import STATE_MODULES
-from spectral_jax.nn._attention import module_options
 from spectral_jax.lra.train import config_lib
-
-import attention_cases
+from spectral_jax.nn import STATE_MODULES, module_options
 
 
 def _problems(name: str) -> list[str]:
@@ -32,8 +30,9 @@ def _problems(name: str) -> list[str]:
     target = ATTENTIONS.get(spec.target)
     if target is None or not target.exact:
         problems.append(f"target {spec.target!r} is not a registered exact method")
-    if spec.exact and spec.target != name:
-        problems.append("an exact method must be its own target")
+    if spec.causal_only and not spec.supports_causal:
+        problems.append("a causal-only method (fn defaults to is_causal=True) must support "
+                        "is_causal=True")
     kind = spec.state_kind if spec.state in STATE_KINDS else None
     if spec.state is not None:
         if kind is None:

@@ -30,8 +30,7 @@ from flax import nnx
 from spectral_jax import UsageError
 from spectral_jax import nn as _nnx_models
 from spectral_jax.attention import get_attention_spec
-from spectral_jax.nn._checks import normalise_attention_kwargs
-from spectral_jax.nn._config import TransformerConfig
+from spectral_jax.nn import TransformerConfig, normalise_attention_kwargs
 
 Array = jax.Array
 
@@ -91,7 +90,8 @@ class SequenceClassifier(nn.Module):
                  deterministic: bool | None = None) -> Array:
         """Same arguments, result and errors as the NNX ``SequenceClassifier.__call__``.
 
-        Raises ValueError when ``deterministic=False`` needs a ``"dropout"`` rng not given.
+        Raises spectral_jax.UsageError when ``deterministic=False`` needs a ``"dropout"``
+        rng not given.
         """
         _require_rngs(self, deterministic, _has_dropout(self.config), self.config.attention)
         model = nnx.bridge.to_linen(_nnx_models.SequenceClassifier, self.config, name="model")
@@ -122,7 +122,8 @@ class DualEncoderClassifier(nn.Module):
                  deterministic: bool | None = None) -> Array:
         """Same arguments, result and errors as the NNX ``DualEncoderClassifier.__call__``.
 
-        Raises ValueError when ``deterministic=False`` needs a ``"dropout"`` rng not given.
+        Raises spectral_jax.UsageError when ``deterministic=False`` needs a ``"dropout"``
+        rng not given.
         """
         _require_rngs(self, deterministic, _has_dropout(self.config), self.config.attention)
         model = nnx.bridge.to_linen(
@@ -158,7 +159,8 @@ class MultiHeadAttention(nn.Module):
         kernel_init: initializer of the projection kernels.
 
     Raises:
-        spectral_jax.UsageTypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)`` pairs.
+        spectral_jax.UsageTypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)``
+          pairs.
         As the NNX module otherwise (at ``init``/``apply``).
 
     Example:
@@ -205,7 +207,8 @@ class MultiHeadAttention(nn.Module):
     ) -> Array | tuple[Array, Array | None]:
         """Same arguments, result and errors as the NNX ``MultiHeadAttention.__call__``.
 
-        Raises ValueError when ``deterministic=False`` needs a ``"dropout"`` rng not given.
+        Raises spectral_jax.UsageError when ``deterministic=False`` needs a ``"dropout"``
+        rng not given.
         """
         if deterministic is None:
             deterministic = self.deterministic

@@ -6,9 +6,16 @@ rng stream, inducing points, Luna's packed sequence, RFA-Gate's gates) and the o
 Nyström conv skip.
 :class:`TransformerEncoder`, :class:`SequenceClassifier` and :class:`DualEncoderClassifier`
 are the Long Range Arena models, configured by a frozen :class:`TransformerConfig`.
+:func:`allowed_attention_kwargs` and :func:`module_options` say which ``attention_kwargs`` a
+method takes; :func:`normalise_attention_kwargs` gives their one stored (hashable) form.
 """
 
 from spectral_jax.nn._attention import MultiHeadAttention, redraw_features
+from spectral_jax.nn._attention_kwargs import (
+    allowed_attention_kwargs,
+    module_options,
+    normalise_attention_kwargs,
+)
 from spectral_jax.nn._classifier import (
     DualEncoderClassifier,
     SequenceClassifier,
@@ -31,7 +38,9 @@ from spectral_jax.nn._state import (
     RandomFeatures,
     RandomFeatureState,
     init_linformer_projection,
+    uses_rng,
 )
+from spectral_jax.nn._symmetric import PairwiseScores
 
 __all__ = [
     "STATE_MODULES",
@@ -45,14 +54,19 @@ __all__ = [
     "MemoryConvState",
     "MultiHeadAttention",
     "PackedSequenceState",
+    "PairwiseScores",
     "RandomFeatureState",
     "RandomFeatures",
     "SequenceClassifier",
     "TokenEmbedding",
     "TransformerConfig",
     "TransformerEncoder",
+    "allowed_attention_kwargs",
     "init_linformer_projection",
     "masked_mean",
+    "module_options",
+    "normalise_attention_kwargs",
     "redraw_features",
     "sinusoidal_positions",
+    "uses_rng",
 ]

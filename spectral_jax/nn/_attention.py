@@ -11,20 +11,20 @@ from flax import nnx
 
 from spectral_jax import UsageError
 from spectral_jax import attention as _attention
-from spectral_jax.attention._common import as_bool_mask
-from spectral_jax.nn._attention_kwargs import (  # noqa: F401 (imported from here too)
-    _check_layer,
-    allowed_attention_kwargs,
-    module_options,
+from spectral_jax.nn._attention_kwargs import (
+    check_hashable,
+    check_layer,
+    normalise_attention_kwargs,
     split_attention_kwargs,
-    uses_rng,
 )
-from spectral_jax.nn._checks import check_hashable, normalise_attention_kwargs
 from spectral_jax.nn._rngs import stream as _stream
-from spectral_jax.nn._state import STATE_MODULES, ConvSkip, RandomFeatureState
+from spectral_jax.nn._state import STATE_MODULES, ConvSkip, RandomFeatureState, uses_rng
 from spectral_jax.nn._symmetric import PairwiseScores, check_symmetric
 
 Array = jax.Array
+
+_XAVIER_UNIFORM = nnx.initializers.xavier_uniform()
+
 
 class MultiHeadAttention(nnx.Module):
     """Multi-head attention whose core is any registered ``spectral_jax.attention`` method.
@@ -32,7 +32,7 @@ class MultiHeadAttention(nnx.Module):
     Query, key and value are projected to ``num_heads`` heads of ``qkv_features // num_heads``
     features, attended with the chosen method, and projected back to ``out_features``. The
     module owns the state its method's registry entry names, as ``self.state``: one module
-    per kind from ``spectral_jax.nn._state.STATE_MODULES``, each returning the keyword
+    per kind from :data:`~spectral_jax.nn.STATE_MODULES`, each returning the keyword
     arguments it contributes. ``attention_kwargs`` holds the function's parameters and the
     module options (:func:`module_options`):
 
@@ -45,12 +45,12 @@ class MultiHeadAttention(nnx.Module):
       ``packed_length`` (Luna, default 256; :class:`PackedSequenceState`, whose P' the layer
       returns with ``return_carry``); RFA-Gate's gates (:class:`GateState`) have no option.
     - ``conv_kernel_size`` (methods whose entry allows it): odd int or None (off); adds
-      Nyströmformer's depthwise convolution skip on V (:class:`~spectral_jax.nn._state.ConvSkip`).
+      Nyströmformer's depthwise convolution skip on V (:class:`~spectral_jax.nn.ConvSkip`).
     - ``symmetric`` (every method, default False): True: the key projection is the query
       projection, so scores are ``Q Qᵀ`` (Courtois et al. 2024, Findings of ACL,
       "Symmetric Dot-Product Attention"); ``"pairwise"``: scores ``Q Σ_h Qᵀ`` with a learned
       d×d matrix per head; ``"pairwise_psd"``: the same with Σ_h = L_h L_hᵀ, so query =
-      key = Q L_h (:class:`~spectral_jax.nn._symmetric.PairwiseScores`).
+      key = Q L_h (:class:`PairwiseScores`).
 
     A landmark rng stream (``"landmarks"``, else ``"dropout"``) gives Skyformer a fresh key
     when ``deterministic=False``; with ``deterministic=True`` it uses fixed evenly spaced
@@ -80,12 +80,13 @@ class MultiHeadAttention(nnx.Module):
           projection, ``"dropout"`` and ``"landmarks"`` for training-time randomness.
 
     Raises:
-        spectral_jax.UsageError: unknown attention name (the message lists the known ones); ``num_heads``
-          not dividing ``qkv_features``; an unknown key in ``attention_kwargs`` or a module
-          option the method does not take; a bad option value; ``dropout_rate`` > 0 for a
-          method without attention weights; ``sharing="layerwise"`` without ``shared_state``.
-        spectral_jax.UsageTypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)`` pairs, or
-          holding an unhashable value.
+        spectral_jax.UsageError: unknown attention name (the message lists the known ones);
+          ``num_heads`` not dividing ``qkv_features``; an unknown key in ``attention_kwargs``
+          or a module option the method does not take; a bad option value; ``dropout_rate`` > 0
+          for a method without attention weights; ``sharing="layerwise"`` without
+          ``shared_state``.
+        spectral_jax.UsageTypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)``
+          pairs, or holding an unhashable value.
         spectral_jax.UnsupportedError: ``is_causal=True`` for a method without a causal form;
           ``is_causal=False`` for a causal-only method (``gated_linear``).
 
@@ -113,14 +114,14 @@ class MultiHeadAttention(nnx.Module):
         deterministic: bool | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
-        kernel_init: nnx.Initializer = nnx.initializers.xavier_uniform(),
+        kernel_init: nnx.Initializer = _XAVIER_UNIFORM,
         shared_state: nnx.Module | None = None,
         rngs: nnx.Rngs,
     ) -> None:
         qkv_features = in_features if qkv_features is None else qkv_features
         out_features = in_features if out_features is None else out_features
         spec = _attention.get_attention_spec(attention)
-        _check_layer(spec, num_heads, in_features, qkv_features, out_features, dropout_rate,
+        check_layer(spec, num_heads, in_features, qkv_features, out_features, dropout_rate,
                      is_causal)
         pairs = normalise_attention_kwargs("MultiHeadAttention", attention_kwargs, hashed=False)
         kwargs, options = split_attention_kwargs(attention, dict(pairs))
@@ -222,9 +223,10 @@ class MultiHeadAttention(nnx.Module):
             ``return_carry``, ``(output, next_carry)``.
 
         Raises:
-            spectral_jax.UsageError: ``deterministic`` given nowhere for a random layer; feature size or mask
-              shape mismatch; a Linformer ``kv_len`` above ``max_length``; the conv skip with
-              ``q_len != kv_len``; ``carry`` for a method without one, or of the wrong shape.
+            spectral_jax.UsageError: ``deterministic`` given nowhere for a random layer; feature
+              size or mask shape mismatch; a Linformer ``kv_len`` above ``max_length``; the
+              conv skip with ``q_len != kv_len``; ``carry`` for a method without one, or of the
+              wrong shape.
         """
         if deterministic is None:
             deterministic = self.deterministic
@@ -247,7 +249,7 @@ class MultiHeadAttention(nnx.Module):
         if self.pairwise is not None:
             query, key = self.pairwise(query, key)
         if mask is not None:  # Flax's make_attention_mask defaults to float 1/0
-            mask = as_bool_mask("MultiHeadAttention", mask)
+            mask = _attention.as_bool_mask("MultiHeadAttention", mask)
 
         spec = _attention.get_attention_spec(self.attention)
         if carry is not None and spec.carry is None:

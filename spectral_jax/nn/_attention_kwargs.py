@@ -1,6 +1,6 @@
-"""Which keyword arguments a :class:`~spectral_jax.nn.MultiHeadAttention` layer takes, and
-the checks of its sizes, dropout and causality, all derived from the method's registry entry.
-Training configs use the same rules (``model.attention_kwargs``).
+"""Which keyword arguments a :class:`~spectral_jax.nn.MultiHeadAttention` layer takes, their
+one stored form, and the checks of its sizes, dropout and causality, all derived from the
+method's registry entry. Training configs use the same rules (``model.attention_kwargs``).
 """
 
 from __future__ import annotations
@@ -9,14 +9,80 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from spectral_jax import UnsupportedError, UsageError
+from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
 from spectral_jax import attention as _attention
-from spectral_jax.attention._common import FLAX_KWARGS
-from spectral_jax.nn._checks import check_positive_int
-from spectral_jax.nn._state import STATE_MODULES
 
 # Arrays that describe one call's inputs; a module takes them through `mask` instead.
 _PER_CALL = frozenset({"query_seq_lengths", "key_value_seq_lengths"})
+_OWNER = "MultiHeadAttention"
+
+
+def normalise_attention_kwargs(owner: str, value: Any, *,
+                               hashed: bool = True) -> tuple[tuple[str, Any], ...]:
+    """``attention_kwargs`` in its one stored form: ``(name, value)`` pairs sorted by name.
+
+    Every module and config takes a mapping (``{"num_landmarks": 64}``); a sequence of
+    ``(name, value)`` pairs is accepted too. The stored form is hashable, so a frozen config
+    or a module's static data that holds it can be hashed (one jit cache entry), and it is
+    the same for the same contents in any form or order.
+
+    Args:
+        owner: who asks, for the message (``"TransformerConfig"``).
+        value: a mapping of str to hashable values, a sequence of ``(str, value)`` pairs, or
+          None (none).
+        hashed: check that every value is hashable; False leaves it to a later
+          :func:`check_hashable` (after the names have been checked against the method).
+
+    Returns:
+        A tuple of ``(name, value)`` pairs sorted by name.
+
+    Raises:
+        spectral_jax.UsageTypeError: neither a mapping nor pairs; a name that is not a str;
+          a value that is not hashable (e.g. a list: give a tuple).
+        spectral_jax.UsageError: a name given twice among pairs.
+
+    Example:
+        >>> from spectral_jax.nn import normalise_attention_kwargs
+        >>> normalise_attention_kwargs("f()", {"num_landmarks": 8, "conv_kernel_size": 3})
+        (('conv_kernel_size', 3), ('num_landmarks', 8))
+        >>> normalise_attention_kwargs("f()", [("num_landmarks", 8)])
+        (('num_landmarks', 8),)
+    """
+    what = "a mapping of parameter names to values, e.g. {'num_landmarks': 64}"
+    if value is None:
+        return ()
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, (tuple, list)) and all(
+            isinstance(item, (tuple, list)) and len(item) == 2 for item in value):
+        items = [tuple(item) for item in value]
+    else:
+        raise UsageTypeError(_checks.message(owner, "attention_kwargs", what, value))
+    seen = set()
+    for name, _ in items:
+        if not isinstance(name, str):
+            raise UsageTypeError(_checks.message(owner, "attention_kwargs",
+                                                 what + " (str names)", value))
+        if name in seen:
+            raise UsageError(_checks.message(owner, "attention_kwargs",
+                                             "pairs with distinct names", value))
+        seen.add(name)
+    pairs = tuple(sorted(items, key=lambda pair: pair[0]))
+    if hashed:
+        check_hashable(owner, pairs)
+    return pairs
+
+
+def check_hashable(owner: str, pairs: tuple[tuple[str, Any], ...]) -> None:
+    """Raises UsageTypeError naming the first ``attention_kwargs`` value that cannot be hashed."""
+    for name, item in pairs:
+        try:
+            hash(item)
+        except TypeError:
+            raise UsageTypeError(_checks.message(
+                owner, f"attention_kwargs[{name!r}]",
+                "hashable (a number, str, bool, None or tuple), as configs and modules are "
+                "hashed", item)) from None
 
 
 def module_options(attention: str) -> dict[str, Any]:
@@ -47,7 +113,7 @@ def _function_parameters(spec: _attention.AttentionSpec) -> frozenset[str]:
         if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
         and p.name not in ("query", "key", "value", "bias", "mask", "is_causal", *state,
                            *carry_flag)
-    ) - FLAX_KWARGS - _PER_CALL
+    ) - _attention.FLAX_KWARGS - _PER_CALL
 
 
 def allowed_attention_kwargs(attention: str) -> frozenset[str]:
@@ -71,7 +137,8 @@ def split_attention_kwargs(
         at its default where not given.
 
     Raises:
-        spectral_jax.UsageError: a per-call array, a module option of another method or an unknown key.
+        spectral_jax.UsageError: a per-call array, a module option of another method or an
+          unknown key.
     """
     kwargs = dict(attention_kwargs or {})
     own = module_options(attention)
@@ -97,30 +164,18 @@ def split_attention_kwargs(
                 f"allowed: {sorted(allowed)}."
             )
     if kwargs.get("head_chunk_size") is not None:
-        check_positive_int("attention_kwargs['head_chunk_size']", kwargs["head_chunk_size"])
+        _checks.positive_int(_OWNER, "attention_kwargs['head_chunk_size']",
+                             kwargs["head_chunk_size"])
     return kwargs, {**own, **given}
 
 
-def uses_rng(attention: str, dropout_rate: float = 0.0) -> bool:
-    """Whether a layer of ``attention`` draws randomness in training (then ``deterministic``
-    must be given, as for Flax's attention modules): weight dropout, or random state.
-
-    Example:
-        >>> uses_rng("nystrom"), uses_rng("skyformer"), uses_rng("softmax", 0.1)
-        (False, True, True)
-    """
-    spec = _attention.get_attention_spec(attention)
-    state = STATE_MODULES.get(spec.state) if spec.state is not None else None
-    return dropout_rate > 0.0 or (state is not None and getattr(state, "random", True))
-
-
-def _check_layer(spec: _attention.AttentionSpec, num_heads: int, in_features: int,
+def check_layer(spec: _attention.AttentionSpec, num_heads: int, in_features: int,
                  qkv_features: int, out_features: int, dropout_rate: float,
                  is_causal: bool) -> None:
     """The layer's sizes, and dropout and causality against what the method supports."""
     for name, value in (("num_heads", num_heads), ("in_features", in_features),
                         ("qkv_features", qkv_features), ("out_features", out_features)):
-        check_positive_int(name, value)
+        _checks.positive_int(_OWNER, name, value)
     if qkv_features % num_heads:
         raise UsageError(
             f"num_heads must divide qkv_features={qkv_features}, got num_heads={num_heads}."

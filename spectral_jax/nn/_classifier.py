@@ -7,11 +7,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spectral_jax import UsageError, UsageTypeError
-from spectral_jax.nn._attention import uses_rng
 from spectral_jax.nn._config import TransformerConfig
 from spectral_jax.nn._encoder import TransformerEncoder
+from spectral_jax.nn._state import uses_rng
 
 Array = jax.Array
+
 
 def masked_mean(x: Array, mask: Array) -> Array:
     """Mean of ``x`` over the valid positions of each sequence.
@@ -93,7 +94,8 @@ class SequenceClassifier(nnx.Module):
 
     Raises:
         spectral_jax.UsageTypeError: ``config`` is not a :class:`TransformerConfig`.
-        spectral_jax.UsageError: unknown pooling, positional or attention name; bad attention options.
+        spectral_jax.UsageError: unknown pooling, positional or attention name; bad attention
+          options.
         spectral_jax.UnsupportedError: see :class:`MultiHeadAttention`.
 
     Example:
@@ -139,8 +141,8 @@ class SequenceClassifier(nnx.Module):
 
         Raises:
             spectral_jax.UsageTypeError: non-integer ``inputs`` or non-bool ``mask``.
-            spectral_jax.UsageError: mismatched shapes or ``length > config.max_length``; ``deterministic``
-              left out for a random model.
+            spectral_jax.UsageError: mismatched shapes or ``length > config.max_length``;
+              ``deterministic`` left out for a random model.
         """
         mask, deterministic = _call_defaults(self.config, inputs, mask, deterministic)
         pooled = self.embed(inputs, mask, deterministic=deterministic)
@@ -218,8 +220,8 @@ class DualEncoderClassifier(nnx.Module):
 
         Raises:
             spectral_jax.UsageTypeError: non-integer ``inputs`` or non-bool ``mask``.
-            spectral_jax.UsageError: shapes other than ``(batch, 2, length)``; ``length > max_length``;
-              ``deterministic`` left out for a random model.
+            spectral_jax.UsageError: shapes other than ``(batch, 2, length)``;
+              ``length > max_length``; ``deterministic`` left out for a random model.
         """
         mask, deterministic = _call_defaults(self.config, inputs, mask, deterministic)
         u, v = self.embed(inputs, mask, deterministic=deterministic)

@@ -1,8 +1,8 @@
 """The frozen model configuration shared by the NNX and Linen models and the trainer.
 
-:class:`TransformerConfig` is the one schema of the LRA model: its fields and defaults are the
-training config's ``model`` section (``spectral_jax.lra.train.config_lib`` derives it from them),
-and the choices and ranges below are checked once, here, for every caller.
+:class:`TransformerConfig` is the one schema of the LRA model: its fields and defaults are also
+the ``model`` section of the LRA harness's training configs, and the choices and ranges below
+are checked once, here, for every caller (:meth:`TransformerConfig.check_fields`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Literal
 import jax.numpy as jnp
 
 from spectral_jax import _checks
-from spectral_jax.nn._checks import normalise_attention_kwargs
+from spectral_jax.nn._attention_kwargs import normalise_attention_kwargs
 
 POOLINGS = ("cls", "mean")
 POSITIONALS = ("sinusoidal", "learned")
@@ -66,11 +66,12 @@ class TransformerConfig:
         param_dtype: parameter dtype.
 
     Raises:
-        spectral_jax.UsageError: an unknown ``pooling``, ``positional`` or ``interaction``; a size below 1;
-          a dropout rate outside [0, 1). (TypeError for values of the wrong kind, e.g. a string
-          size or ``attention_kwargs`` that is not a mapping; see :mod:`spectral_jax._checks`.)
-          The attention name and its arguments are checked by
-          :class:`spectral_jax.nn.MultiHeadAttention`.
+        spectral_jax.UsageError: an unknown ``pooling``, ``positional`` or ``interaction``; a
+          size below 1; a dropout rate outside [0, 1).
+        spectral_jax.UsageTypeError: a value of the wrong kind, e.g. a string size or
+          ``attention_kwargs`` that is not a mapping.
+        The attention name and its arguments are checked by
+        :class:`spectral_jax.nn.MultiHeadAttention`.
 
     Example:
         >>> cfg = TransformerConfig(vocab_size=10, num_classes=2, max_length=8, pooling="cls")
@@ -82,7 +83,7 @@ class TransformerConfig:
         >>> TransformerConfig(vocab_size=10, num_classes=2, max_length=8, pooling="max")
         Traceback (most recent call last):
         ...
-        spectral_jax.UsageError: TransformerConfig: `pooling` must be one of ('cls', 'mean'); got 'max'.
+        spectral_jax.UsageError: TransformerConfig: `pooling` must be one of ('cls', 'mean'); ...
     """
 
     vocab_size: int
@@ -110,42 +111,45 @@ class TransformerConfig:
         # The one stored form of attention_kwargs (frozen: set through object.__setattr__).
         object.__setattr__(self, "attention_kwargs", normalise_attention_kwargs(
             "TransformerConfig", self.attention_kwargs))
-        check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        self.check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
     @property
     def attention_kwargs_dict(self) -> dict[str, Any]:
         """``attention_kwargs`` as a new dict (name to value)."""
         return dict(self.attention_kwargs)
 
+    @staticmethod
+    def check_fields(values: Mapping[str, Any], *, owner: str = "TransformerConfig",
+                     prefix: str = "") -> None:
+        """Checks the :class:`TransformerConfig` fields present in ``values``.
 
-def check_fields(values: Mapping[str, Any], *, owner: str = "TransformerConfig",
-                 prefix: str = "") -> None:
-    """Checks the :class:`TransformerConfig` fields present in ``values``.
+        The trainer checks a config file's ``model`` section with it before any data is
+        loaded (``owner="config", prefix="model."``); None stands for a size the data will
+        give.
 
-    The trainer checks a config file's ``model`` section with it before any data is loaded
-    (``owner="config", prefix="model."``); None stands for a size the data will give.
+        Raises:
+            spectral_jax.UsageError, spectral_jax.UsageTypeError: as the constructor, naming
+              ``prefix + field``.
 
-    Raises:
-        ValueError, TypeError: as :class:`TransformerConfig`, naming ``prefix + field``.
-
-    Example:
-        >>> check_fields({"positional": "rotary"}, owner="config", prefix="model.")
-        Traceback (most recent call last):
-        ...
-        spectral_jax.UsageError: config: `model.positional` must be one of ('sinusoidal', 'learned'); got ...
-    """
-    for name, allowed in _CHOICES.items():
-        if name in values:
-            _checks.choice(owner, prefix + name, values[name], allowed)
-    for name in _POSITIVE_INTS:
-        if values.get(name) is not None:
-            _checks.positive_int(owner, prefix + name, values[name])
-    for name in _RATES:
-        if name in values:
-            _checks.number(owner, prefix + name, values[name], low=0.0, high=1.0,
-                           high_open=True)
-    if "embed_init_std" in values:
-        _checks.number(owner, prefix + "embed_init_std", values["embed_init_std"], low=0.0,
-                       low_open=True)
-    if "use_bias" in values:
-        _checks.boolean(owner, prefix + "use_bias", values["use_bias"])
+        Example:
+            >>> TransformerConfig.check_fields({"positional": "rotary"}, owner="config",
+            ...                                prefix="model.")
+            Traceback (most recent call last):
+            ...
+            spectral_jax.UsageError: config: `model.positional` must be one of ('sinusoidal', ...
+        """
+        for name, allowed in _CHOICES.items():
+            if name in values:
+                _checks.choice(owner, prefix + name, values[name], allowed)
+        for name in _POSITIVE_INTS:
+            if values.get(name) is not None:
+                _checks.positive_int(owner, prefix + name, values[name])
+        for name in _RATES:
+            if name in values:
+                _checks.number(owner, prefix + name, values[name], low=0.0, high=1.0,
+                               high_open=True)
+        if "embed_init_std" in values:
+            _checks.number(owner, prefix + "embed_init_std", values["embed_init_std"],
+                           low=0.0, low_open=True)
+        if "use_bias" in values:
+            _checks.boolean(owner, prefix + "use_bias", values["use_bias"])

@@ -135,8 +135,8 @@ class TokenEmbedding(nnx.Module):
 
         Raises:
             spectral_jax.UsageTypeError: non-integer ``inputs``.
-            spectral_jax.UsageError: ``inputs`` not 2-D or longer than ``max_length``; a concrete token id
-              outside ``[0, vocab_size)`` (traced: NaN, and a checkify error).
+            spectral_jax.UsageError: ``inputs`` not 2-D or longer than ``max_length``; a concrete
+              token id outside ``[0, vocab_size)`` (traced: NaN, and a checkify error).
         """
         if not jnp.issubdtype(inputs.dtype, jnp.integer):
             raise UsageTypeError(f"inputs must be integer token ids, got dtype {inputs.dtype}.")

@@ -133,7 +133,8 @@ class TransformerEncoder(nnx.Module):
         self, config: TransformerConfig, *, cls_token: bool = False, rngs: nnx.Rngs
     ) -> None:
         if not isinstance(config, TransformerConfig):
-            raise UsageTypeError(f"config must be a TransformerConfig, got {type(config).__name__}.")
+            raise UsageTypeError(
+                f"config must be a TransformerConfig, got {type(config).__name__}.")
         self.config = config
         self.cls_token = cls_token
         self.embedding = TokenEmbedding(
@@ -179,7 +180,8 @@ class TransformerEncoder(nnx.Module):
 
         Raises:
             spectral_jax.UsageTypeError: non-integer ``inputs`` or non-bool ``mask``.
-            spectral_jax.UsageError: ``mask`` shape differs from ``inputs``; ``length > max_length``.
+            spectral_jax.UsageError: ``mask`` shape differs from ``inputs``;
+              ``length > max_length``.
         """
         if mask.dtype != jnp.bool_:
             raise UsageTypeError(f"mask must be bool (True = token), got dtype {mask.dtype}.")

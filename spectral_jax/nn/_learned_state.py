@@ -3,9 +3,10 @@ packed sequence and RFA-Gate's gates.
 
 Each module is built from its kind's options (``spectral_jax.attention.STATE_KINDS``) and
 the layer's sizes, and returns the keyword arguments it contributes to the attention
-function (see ``spectral_jax.nn._state``). Besides ``kv_len`` and ``deterministic`` the call
-receives ``inputs`` (the block input the keys and values are projected from) and ``carry``
-(the previous layer's carried state, Luna's P); modules that need neither ignore them.
+function, as every module of :data:`~spectral_jax.nn.STATE_MODULES` does. Besides ``kv_len``
+and ``deterministic`` the call receives ``inputs`` (the block input the keys and values are
+projected from) and ``carry`` (the previous layer's carried state, Luna's P); modules that need
+neither ignore them.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spectral_jax import UsageError
+from spectral_jax import UsageError, _checks
 from spectral_jax.attention import STATE_KINDS
-from spectral_jax.nn._checks import check_positive_int
 from spectral_jax.nn._embedding import sinusoidal_positions
 
 Array = jax.Array
@@ -52,8 +52,8 @@ class InducingPointState(nnx.Module):
     def __init__(self, options: Mapping[str, Any], *, num_heads: int, head_dim: int,
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs, **_: Any) -> None:
         options = {**STATE_KINDS["inducing_points"].options, **options}
-        size = options["num_inducing_points"]
-        check_positive_int("attention_kwargs['num_inducing_points']", size)
+        size = _checks.positive_int("MultiHeadAttention", "attention_kwargs['num_inducing_points']",
+                                    options["num_inducing_points"])
         init = nnx.initializers.xavier_uniform(in_axis=0, out_axis=(1, 2))
         self.points = nnx.Param(init(rngs.params(), (size, num_heads, head_dim), param_dtype))
 
@@ -91,8 +91,8 @@ class PackedSequenceState(nnx.Module):
                  head_dim: int, dtype: Any = None, param_dtype: Any = jnp.float32,
                  rngs: nnx.Rngs, **_: Any) -> None:
         options = {**STATE_KINDS["packed_sequence"].options, **options}
-        self.packed_length = options["packed_length"]
-        check_positive_int("attention_kwargs['packed_length']", self.packed_length)
+        self.packed_length = _checks.positive_int(
+            "MultiHeadAttention", "attention_kwargs['packed_length']", options["packed_length"])
         self.in_features = in_features
         init = nnx.initializers.normal(in_features**-0.5)
         self.packed = nnx.Param(init(rngs.params(), (self.packed_length, in_features),

@@ -9,17 +9,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spectral_jax import UsageError
+from spectral_jax import _checks
 from spectral_jax.attention import STATE_KINDS, mean_pool_conv
 from spectral_jax.nn._rngs import stream as _stream
 
 Array = jax.Array
-
-
-def _check_kernel_size(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"attention_kwargs['kernel_size'] must be a positive int, got {value!r}.")
-    return value
 
 
 class MemoryConvState(nnx.Module):
@@ -46,7 +40,9 @@ class MemoryConvState(nnx.Module):
     def __init__(self, options: Mapping[str, Any], *, num_heads: int, head_dim: int,
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs, **_: Any) -> None:
         options = {**STATE_KINDS["memory_conv"].options, **options}
-        self.kernel_size = _check_kernel_size(options["kernel_size"])
+        self.kernel_size = _checks.positive_int("MultiHeadAttention",
+                                                "attention_kwargs['kernel_size']",
+                                                options["kernel_size"])
         shape = (num_heads, self.kernel_size, head_dim, head_dim)
         # Xavier over the conv's fan-in and fan-out (kernel·d each), scaled down: a nudge
         # off pure pooling, not a random projection that would hide the keys' structure.

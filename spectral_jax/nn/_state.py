@@ -18,11 +18,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spectral_jax import UsageError
+from spectral_jax import UsageError, _checks
 from spectral_jax import attention as _attention
-from spectral_jax.attention import STATE_KINDS
-from spectral_jax.attention._state import LINFORMER_SHARING
-from spectral_jax.nn._checks import check_positive_int
+from spectral_jax.attention import LINFORMER_SHARING, STATE_KINDS
 from spectral_jax.nn._learned_state import (
     GateState,
     InducingPointState,
@@ -32,6 +30,9 @@ from spectral_jax.nn._memory_conv import MemoryConvState
 from spectral_jax.nn._rngs import stream as _stream
 
 Array = jax.Array
+
+# The options checked here are MultiHeadAttention's attention_kwargs.
+_OWNER = "MultiHeadAttention"
 
 
 class RandomFeatures(nnx.Variable):
@@ -63,8 +64,8 @@ class RandomFeatureState(nnx.Module):
 
     def __init__(self, options: Mapping[str, Any], *, head_dim: int, rngs: nnx.Rngs,
                  **_: Any) -> None:
-        self.num_features = options["num_features"]
-        check_positive_int("attention_kwargs['num_features']", self.num_features)
+        self.num_features = _checks.positive_int(_OWNER, "attention_kwargs['num_features']",
+                                                 options["num_features"])
         self.head_dim = head_dim
         self.projection = RandomFeatures(self._draw(_stream(rngs, "features", "params")()))
 
@@ -136,10 +137,10 @@ class LengthProjectionState(nnx.Module):
                 "sharing='layerwise' uses one projection for every layer: pass the encoder's "
                 "instance (LengthProjectionState.shared) as MultiHeadAttention(shared_state=...)."
             )
-        self.max_length = options["max_length"]
-        self.proj_len = options["proj_len"]
-        check_positive_int("attention_kwargs['max_length']", self.max_length)
-        check_positive_int("attention_kwargs['proj_len']", self.proj_len)
+        self.max_length = _checks.positive_int(_OWNER, "attention_kwargs['max_length']",
+                                               options["max_length"])
+        self.proj_len = _checks.positive_int(_OWNER, "attention_kwargs['proj_len']",
+                                             options["proj_len"])
         make = lambda: init_linformer_projection(  # noqa: E731
             self.proj_len, self.max_length, param_dtype=param_dtype, rngs=rngs)
         self.key_projection = make()
@@ -199,6 +200,19 @@ STATE_MODULES: dict[str, type[nnx.Module]] = {
 }
 
 
+def uses_rng(attention: str, dropout_rate: float = 0.0) -> bool:
+    """Whether a layer of ``attention`` draws randomness in training (then ``deterministic``
+    must be given, as for Flax's attention modules): weight dropout, or random state.
+
+    Example:
+        >>> uses_rng("nystrom"), uses_rng("skyformer"), uses_rng("softmax", 0.1)
+        (False, True, True)
+    """
+    spec = _attention.get_attention_spec(attention)
+    state = STATE_MODULES.get(spec.state) if spec.state is not None else None
+    return dropout_rate > 0.0 or (state is not None and getattr(state, "random", True))
+
+
 class ConvSkip(nnx.Module):
     """Nyströmformer's depthwise convolution skip on V (Xiong et al. 2021).
 
@@ -216,7 +230,8 @@ class ConvSkip(nnx.Module):
 
     def __init__(self, kernel_size: int, *, num_heads: int, param_dtype: Any = jnp.float32,
                  rngs: nnx.Rngs) -> None:
-        check_positive_int("attention_kwargs['conv_kernel_size']", kernel_size)
+        kernel_size = _checks.positive_int(_OWNER, "attention_kwargs['conv_kernel_size']",
+                                           kernel_size)
         if kernel_size % 2 == 0:
             raise UsageError(
                 "attention_kwargs['conv_kernel_size'] must be odd (same-length "
