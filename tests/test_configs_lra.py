@@ -214,6 +214,8 @@ def test_overrides_after_the_argument_are_kept_in_any_order():
                 "model.attention=linformer", "model.max_length=64")
     assert cfg.model.attention_kwargs.to_dict() == {"proj_len": 8}
     assert cfg.model.max_length == 64
+    assert (_load("listops.py:quick", "model.attention='nystrom'").to_dict()
+            == _load("listops.py:quick,attention=nystrom").to_dict())
     cfg = _load("listops.py:quick", "model.attention_kwargs.num_delta_rows=4")
     assert cfg.model.attention_kwargs.num_delta_rows == 4  # a None field takes a literal
 
@@ -255,3 +257,19 @@ def test_with_arguments_replaces_the_named_items():
         "quick,seed=1,attention=nystrom")
     assert with_arguments("quick", {"protocol": "small"}) == "protocol=small"
     assert with_arguments("protocol=lra", {}) == "protocol=lra"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("attention", "bogus", r"`model.attention` must be one of \(.*'softmax'.*; got 'bogus'"),
+    ("protocol", "huge", r"`protocol` must be one of .*; got 'huge'"),
+])
+def test_argument_fields_set_directly_are_checked_before_anything_runs(tmp_path, field, value,
+                                                                       message):
+    from spectral_jax.lra.train.loop import train_and_evaluate
+
+    cfg = config("listops", "quick")
+    cfg.data.dir = str(tmp_path / "listops")
+    (cfg.model if field == "attention" else cfg)[field] = value
+    with pytest.raises(ValueError, match=message):
+        train_and_evaluate(cfg, str(tmp_path / "run"))
+    assert not (tmp_path / "listops").exists()  # raised before generating data

@@ -64,7 +64,8 @@ def load(get_config: Callable[[str | None], ml_collections.ConfigDict], arg: str
         ({'proj_len': 32}, '2024')
     """
     pairs = [_split(item) for item in overrides]
-    given = {config_lib.ARG_FIELDS[key]: (key, raw) for key, raw in pairs
+    # A quoted value ('nystrom', as scripts pass it) is the text inside the quotes.
+    given = {config_lib.ARG_FIELDS[key]: (key, _unquoted(raw)) for key, raw in pairs
              if key in config_lib.ARG_FIELDS}
     try:
         config = get_config(with_arguments(arg, {name: raw for name, (_, raw) in given.items()})
