@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import jax
@@ -28,10 +27,10 @@ from spectral_jax.lra.cli.train import load_config
 from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
 from spectral_jax.lra.train.loop import train_and_evaluate
 from spectral_jax.lra.train.report import read_metrics
+from train_child import ENV, run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = f"{ROOT}/configs/lra/listops.py:quick,attention=softmax"
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
 
 
 def _overrides(data_dir: Path, steps: int = 8) -> list[str]:
@@ -44,30 +43,6 @@ def _overrides(data_dir: Path, steps: int = 8) -> list[str]:
         "data.generate.num_val=16", "data.generate.num_test=12", "data.generate.min_length=8",
         "data.generate.max_length=32", "data.generate.max_depth=3",
     ]
-
-
-# The child: `spectral-jax train` on 8 CPU devices, as in the test process, sending itself
-# SIGNAL when the loop asks for the batch of step 6.
-_CHILD = textwrap.dedent("""
-    import os, sys
-    import jax
-    jax.config.update("jax_num_cpu_devices", 8)
-    jax.config.update("jax_disable_most_optimizations", True)
-    from spectral_jax.lra import cli
-    from spectral_jax.lra import data
-    original = data.iterate_batches
-    def signalling(split, batch_size, **kw):
-        it = original(split, batch_size, **kw)
-        if not kw.get("shuffle"):
-            yield from it
-            return
-        for step, batch in enumerate(it, start=kw.get("start_step", 0) + 1):
-            if step == 6:
-                os.kill(os.getpid(), int(os.environ["SIGNAL"]))
-            yield batch
-    data.iterate_batches = signalling
-    sys.exit(cli.main(sys.argv[1:]))
-""")
 
 
 @pytest.fixture(scope="module")
@@ -100,10 +75,10 @@ def _records(workdir: Path) -> list[dict]:
 def test_signal_saves_the_step_and_resume_is_bit_exact(reference, signum):
     root, ref_dir, ref_results = reference
     workdir = root / f"interrupted_{signum.name}"
-    command = [sys.executable, "-c", _CHILD, "train", "--config", SPEC, "--workdir",
-               str(workdir), *(f"--config.{o}" for o in _overrides(root / "listops"))]
-    child = subprocess.run(command, env={**ENV, "SIGNAL": str(int(signum))},
-                           capture_output=True, text=True, timeout=300)
+    # `spectral-jax train` signalling itself when the loop asks for the batch of step 6.
+    child = run_child(["train", "--config", SPEC, "--workdir", str(workdir),
+                       *(f"--config.{o}" for o in _overrides(root / "listops"))],
+                      signum=signum, at_step=6)
     assert child.returncode == 128 + signum, child.stderr[-3000:]
     message = "interrupted at step 6; checkpoint saved; rerun the same command to resume"
     assert child.stderr.strip().splitlines()[-1] == message

@@ -11,9 +11,6 @@ import json
 import os
 import pickle
 import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import chex
@@ -28,6 +25,7 @@ from spectral_jax.lra.cli.train import load_config
 from spectral_jax.lra.train.loop import TrainingDiverged, train_and_evaluate
 from spectral_jax.lra.train.run import setup_run
 from spectral_jax.lra.train.report import read_metrics
+from train_child import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = [
@@ -225,36 +223,12 @@ def test_resume_after_kill_continues_identically(tmp_path):
     config_json.write_text(cfg.to_json())
     # The child SIGKILLs itself when asked for the 6th batch: after the checkpoint at step 4,
     # with step 5 already trained and logged but not checkpointed.
-    script = textwrap.dedent(f"""
-        import json, os, signal, sys
-        import jax
-        jax.config.update("jax_num_cpu_devices", 8)
-        jax.config.update("jax_disable_most_optimizations", True)
-        import ml_collections
-        from spectral_jax.lra import data
-        from spectral_jax.lra.train import train_and_evaluate
-        original = data.iterate_batches
-        def killing(split, batch_size, **kw):
-            it = original(split, batch_size, **kw)
-            if not kw.get("shuffle"):
-                yield from it
-                return
-            for i, batch in enumerate(it, start=kw.get("start_step", 0) + 1):
-                if i == 6 and os.environ.get("KILL") == "1":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                yield batch
-        data.iterate_batches = killing
-        cfg = ml_collections.ConfigDict(json.load(open({str(config_json)!r})))
-        train_and_evaluate(cfg, {str(tmp_path / 'resumed')!r})
-    """)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    killed = subprocess.run([sys.executable, "-c", script], env={**env, "KILL": "1"},
-                            capture_output=True, text=True, timeout=300)
+    args = ["--config-json", str(config_json), str(tmp_path / "resumed")]
+    killed = run_child(args, signum=signal.SIGKILL, at_step=6)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     steps_logged = [r["step"] for r in read_metrics(str(tmp_path / "resumed/metrics.jsonl"))]
     assert 5 in steps_logged and not (tmp_path / "resumed/results.json").exists()
-    resumed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                             text=True, timeout=300)
+    resumed = run_child(args)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Resuming from the checkpoint at step" in resumed.stdout
     strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("_per_s")} for r in rs]
