@@ -17,7 +17,7 @@ from typing import Any
 
 from spectral_jax import UsageError
 from spectral_jax.lra.data.registry import TASKS, TITLES
-from spectral_jax.lra.train.table_labels import run_label
+from spectral_jax.lra.train.table_labels import flatten, run_label
 
 RESULTS_FILE = "results.json"
 # Written by `spectral-jax sweep` into the folder of a run that failed.
@@ -249,21 +249,6 @@ def _group_key(r: dict[str, Any]) -> str:
     if not isinstance(config, dict):
         return json.dumps([r["task"], r["attention"], r["protocol"]])
     return json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True)
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested config dict as ``{"a.b": value}``.
-
-    Example:
-        >>> flatten({"train": {"steps": 5}, "seed": 0})
-        {'train.steps': 5, 'seed': 0}
-    """
-    if not isinstance(tree, dict):
-        return {prefix.rstrip("."): tree}
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        out.update(flatten(value, f"{prefix}{key}."))
-    return out
 
 
 def _disambiguate(summaries: list[dict[str, Any]]) -> None:

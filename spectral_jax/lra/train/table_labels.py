@@ -20,6 +20,8 @@ import os
 import pathlib
 from typing import Any
 
+from spectral_jax import UsageError
+
 # Shown as key=value up to this many differing fields; more are counted.
 _SHOWN = 2
 _NOT_DIFFERENCES = ("seed", "data.dir")
@@ -55,8 +57,6 @@ def config_changes(config: dict[str, Any], preset: dict[str, Any]) -> dict[str, 
         ...                {"train": {"steps": 3500, "batch_size": 32}})
         {'train.steps': 300}
     """
-    from spectral_jax.lra.train.table import flatten
-
     ran, base = flatten(config), flatten(preset)
     return {key: value for key, value in sorted(ran.items())
             if key in base and key not in _NOT_DIFFERENCES and base[key] is not None
@@ -103,6 +103,21 @@ def config_file(task: str) -> pathlib.Path | None:
     return None
 
 
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as ``{"a.b": value}``.
+
+    Example:
+        >>> flatten({"train": {"steps": 5}, "seed": 0})
+        {'train.steps': 5, 'seed': 0}
+    """
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(flatten(value, f"{prefix}{key}."))
+    return out
+
+
 def _preset(task: str, protocol: str, method: str) -> dict[str, Any] | None:
     path = config_file(task)
     return None if path is None else _recorded_preset(str(path), protocol, method)
@@ -117,5 +132,5 @@ def _recorded_preset(path: str, protocol: str, method: str) -> dict[str, Any] | 
     try:
         config = load_config(f"{path}:protocol={protocol},attention={method}")
         return recorded_config(config).to_dict()
-    except Exception:  # noqa: BLE001 - a config file that cannot build it: no preset to name
+    except (UsageError, FileNotFoundError):  # a preset or method the file does not know
         return None
