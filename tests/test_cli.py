@@ -33,7 +33,7 @@ for command in {HELP_COMMANDS!r}:
             assert e.code == 0, (command, e.code)
     assert "usage: spectral-jax" in out.getvalue(), command
     texts[command] = " ".join(out.getvalue().split())
-# Defaults are shown (issue 15): a value, and one named in the help's own words.
+# Defaults are shown: a value, and one named in the help's own words.
 assert "(default: bench_out/speed)" in texts["bench speed"], texts["bench speed"]
 assert "--repeats REPEATS timed calls; the median is reported (default: 5)" in texts["bench speed"]
 assert "--heads HEADS default: 4" in texts["bench speed"]

@@ -186,7 +186,7 @@ def _load(spec: str, *overrides: str):
 
 
 def test_budgets_are_capped_after_length_overrides():
-    # The input: at 100 tokens every budget is capped at 64, not the preset's 256/128.
+    # At 100 tokens every budget is capped at 64, not the preset's 256/128.
     for method, budget in (("linformer", "proj_len"), ("performer", "num_features"),
                            ("skyformer", "num_landmarks")):
         cfg = _load(f"text.py:attention={method},protocol=small",

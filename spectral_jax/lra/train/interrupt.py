@@ -28,7 +28,7 @@ class Interrupted(KeyboardInterrupt):
     """A run or sweep stopped by ``signum``; ``exit_status`` is ``128 + signum``.
 
     A ``KeyboardInterrupt``, so code that cleans up on Ctrl-C (and ``except Exception``
-    clauses that must not swallow it) treats it as before.
+    clauses that must not swallow it) treats it as a Ctrl-C.
     """
 
     def __init__(self, message: str, signum: int) -> None:
