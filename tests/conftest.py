@@ -26,7 +26,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
-import jax  # noqa: E402
+import jax
 
 # Must run before the backend starts, i.e. before any device query or array creation.
 jax.config.update("jax_num_cpu_devices", 8)

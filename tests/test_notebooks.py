@@ -23,8 +23,8 @@ def test_notebooks_exist_and_are_stored_without_outputs():
                 assert cell.outputs == [] and cell.execution_count is None, path.name
 
 
-# Executing a notebook costs 30-60 s of CI's 2 cores each; they run with `-m slow` (the
-# README's Python snippets run in CI instead, tests/test_readme.py).
+# Executing a notebook trains or sweeps at small sizes, too long for every CI run: they run
+# with `-m slow` (the README's Python snippets run in CI instead, tests/test_readme.py).
 _CI_NOTEBOOKS = ()
 
 

@@ -14,7 +14,7 @@ def test_readme_python_snippets_run():
     namespaces = []
     for block in blocks:
         namespace: dict = {}
-        exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
+        exec(compile(block, str(README), "exec"), namespace)
         namespaces.append(namespace)
     attention, modules = namespaces[0], namespaces[1]
     assert attention["y"].shape == (2, 512, 4, 64)

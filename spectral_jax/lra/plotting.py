@@ -38,7 +38,7 @@ def load_matplotlib(what: str) -> ModuleType | None:
         import matplotlib
         import matplotlib.backends.backend_agg
         import matplotlib.figure
-        import matplotlib.ticker  # noqa: F401 - an attribute of the returned module
+        import matplotlib.ticker
     except ImportError:
         print(f"skipped {what}: matplotlib is not installed ({INSTALL_HINT})", file=sys.stderr,
               flush=True)

@@ -142,8 +142,8 @@ def run_compile(
 
     Returns:
       One record per method: ``method``, ``lower_s``, ``compile_s``, ``total_s`` (process
-      CPU seconds) and ``wall_s`` (minimum over repeats of each), ``totals`` (every repeat), ``num_params`` and ``ratio``
-      (``total_s`` / softmax's).
+      CPU seconds) and ``wall_s`` (minimum over repeats of each), ``totals`` (every
+      repeat), ``num_params`` and ``ratio`` (``total_s`` / softmax's).
 
     Raises:
       spectral_jax.UsageError: ``repeats`` below 1, or an unknown method.
@@ -201,10 +201,11 @@ def markdown_table(records: Sequence[dict[str, Any]]) -> str:
     """The records of :func:`run_compile` as a Markdown table, slowest ratio last.
 
     Example:
-      >>> print(markdown_table([{"method": "softmax", "lower_s": 0.5, "compile_s": 4.0,
-      ...                        "total_s": 4.5, "ratio": 1.0}]))
-      | method | lower (s) | compile (s) | total (s) | × softmax | StableHLO ops | HLO instructions |
-      |---|---:|---:|---:|---:|---:|---:|
+      >>> table = markdown_table([{"method": "softmax", "lower_s": 0.5, "compile_s": 4.0,
+      ...                          "total_s": 4.5, "ratio": 1.0}])
+      >>> print(table.splitlines()[0][:47])
+      | method | lower (s) | compile (s) | total (s) |
+      >>> print(table.splitlines()[2])
       | softmax | 0.50 | 4.00 | 4.50 | 1.00 |  |  |
     """
     lines = ["| method | lower (s) | compile (s) | total (s) | × softmax | StableHLO ops "

@@ -70,7 +70,7 @@ def environment() -> dict[str, Any]:
             env.update(cuda_runtime=cuda_versions.cuda_runtime_get_version(),
                        cuda_driver=cuda_versions.cuda_driver_get_version(),
                        cudnn=cuda_versions.cudnn_get_version())
-    except Exception as err:  # noqa: BLE001 - versions are informative only
+    except Exception as err:
         env["cuda_versions_error"] = repr(err)
     stats = device.memory_stats() or {}
     env["device_memory_bytes"] = stats.get("bytes_limit")
@@ -109,7 +109,7 @@ def speed_part(sizes: dict[str, Any], out: str, deadline: float, say) -> dict[st
                     heads=sizes["heads"], head_dim=sizes["head_dim"], dtype=dtype,
                     repeats=sizes["repeats"], warmup=sizes["warmup"],
                     exact_implementations=speed.EXACT_IMPLEMENTATIONS, progress=say)
-            except Exception as err:  # noqa: BLE001 - one length lost, not the check
+            except Exception as err:
                 summary["errors"].append(f"{dtype} n={n}: {type(err).__name__}: {err}")
                 say(f"speed {dtype} n={n}: {type(err).__name__}: {err}")
         records = speed.add_ratios(records)
@@ -238,7 +238,7 @@ def run_check(out: str, *, smoke: bool = False, time_budget_s: float | None = No
         t0 = time.monotonic()
         try:
             value = part()
-        except Exception as err:  # noqa: BLE001 - record it, run the next part
+        except Exception as err:
             value = {"error": f"{type(err).__name__}: {err}",
                      "traceback": traceback.format_exc()[-4000:]}
             say(f"{name}: FAILED: {type(err).__name__}: {err}")

@@ -12,12 +12,13 @@ import jax
 
 from spectral_jax.lra.compiled import peak_bytes
 
-__all__ = ["ACCELERATOR_SAFETY_FACTOR", "CPU_SAFETY_FACTOR", "default_memory_budget_bytes", "peak_bytes"]
+__all__ = ["ACCELERATOR_SAFETY_FACTOR", "CPU_SAFETY_FACTOR", "default_memory_budget_bytes",
+           "peak_bytes"]
 
-# XLA's CPU buffer assignment undercounts what its runtime really holds: exact attention
-# forward+backward at n = 16384 (4 heads, d = 64, float32) is predicted at 12.1 GiB but was
-# OOM-killed at 24 GiB resident on a 24 GiB machine. On CPU only half of the available memory
-# is therefore offered to a configuration; GPU/TPU allocators follow the prediction closely.
+# XLA's CPU buffer assignment undercounts what its runtime really holds (exact attention's
+# forward+backward at long lengths needs about twice its predicted peak), so on CPU only half
+# of the available memory is offered to a configuration; GPU/TPU allocators follow the
+# prediction closely.
 CPU_SAFETY_FACTOR = 0.5
 ACCELERATOR_SAFETY_FACTOR = 0.9
 

@@ -89,7 +89,7 @@ def read_cifar_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     with open(path, "rb") as f:
         try:
             batch = pickle.load(f, encoding="bytes")
-        except Exception as err:  # noqa: BLE001 - any unpickling failure means a bad file
+        except Exception as err:
             raise UsageError(f"{path}: not a CIFAR-10 python pickle ({err})") from None
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
         keys = list(batch) if isinstance(batch, dict) else type(batch).__name__
