@@ -26,7 +26,6 @@ import tempfile
 import threading
 
 
-
 def _arguments(root: str, data_dir: str, workdir: str, steps: int) -> list[str]:
     return [
         "train", "--config", os.path.join(root, "configs/lra/listops.py:quick"),

@@ -60,7 +60,8 @@ class _Diverged(RuntimeError):
     (UnknownNameError("no such split"), 2, "spectral-jax bench speed: error: no such split"),
     (UsageTypeError("`head_chunk_size` must be an int"), 2,
      "spectral-jax bench speed: error: `--head-chunk-size` must be an int"),
-    (NotADirectoryError("runs/a is a file"), 2, "spectral-jax bench speed: error: runs/a is a file"),
+    (NotADirectoryError("runs/a is a file"), 2,
+     "spectral-jax bench speed: error: runs/a is a file"),
     (_Diverged("loss is NaN at step 3"), 1,
      "spectral-jax bench speed: error: loss is NaN at step 3"),
 ])

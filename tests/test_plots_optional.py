@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from spectral_jax.lra import plotting as _plotting
 from spectral_jax.lra import cli
+from spectral_jax.lra import plotting as _plotting
 from spectral_jax.lra.train import sweep
 
 LISTOPS = f"{Path(__file__).resolve().parents[1]}/configs/lra/listops.py:quick"

@@ -18,14 +18,15 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+from train_child import run_child
 
 from spectral_jax.lra import data
-from spectral_jax.lra.train import distributed, steps as steps_lib
 from spectral_jax.lra.cli.train import load_config
+from spectral_jax.lra.train import distributed
+from spectral_jax.lra.train import steps as steps_lib
 from spectral_jax.lra.train.loop import TrainingDiverged, train_and_evaluate
-from spectral_jax.lra.train.run import setup_run
 from spectral_jax.lra.train.report import read_metrics
-from train_child import run_child
+from spectral_jax.lra.train.run import setup_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = [
@@ -177,7 +178,9 @@ def test_same_seed_same_metrics_and_overwrite(tmp_path):
     cfg = _listops_config(tmp_path)
     first = train_and_evaluate(cfg, str(tmp_path / "a"))
     second = train_and_evaluate(cfg, str(tmp_path / "b"))
-    strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("_per_s")} for r in rs]
+    def strip(records):
+        return [{k: v for k, v in r.items() if not k.endswith("_per_s")} for r in records]
+
     assert strip(read_metrics(str(tmp_path / "a/metrics.jsonl"))) == strip(
         read_metrics(str(tmp_path / "b/metrics.jsonl")))
     assert first["test_loss"] == second["test_loss"]
@@ -231,7 +234,9 @@ def test_resume_after_kill_continues_identically(tmp_path):
     resumed = run_child(args)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Resuming from the checkpoint at step" in resumed.stdout
-    strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("_per_s")} for r in rs]
+    def strip(records):
+        return [{k: v for k, v in r.items() if not k.endswith("_per_s")} for r in records]
+
     got = strip(read_metrics(str(tmp_path / "resumed/metrics.jsonl")))
     want = strip(read_metrics(str(tmp_path / "ref/metrics.jsonl")))
     # Bit-exact: the same programs on the same 8 CPU devices, whichever process runs them.
@@ -286,14 +291,19 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
     (["train.eval_batch_size=4"], r"`train.eval_batch_size` must be a positive multiple.*got 4"),
     (["task='bogus'"], r"`task` must be one of .*; got 'bogus'"),
     (["train.steps=0"], r"`train.steps` must be a positive int; got 0"),
-    (["model.dropout_rate=1.5"], r"`model.dropout_rate` must be a finite number in \[0, 1\); got 1.5"),
+    (["model.dropout_rate=1.5"],
+     r"`model.dropout_rate` must be a finite number in \[0, 1\); got 1.5"),
     (["model.num_layers=0"], r"`model.num_layers` must be a positive int; got 0"),
     (["model.mlp_dim=0"], r"`model.mlp_dim` must be a positive int; got 0"),
-    (["train.optimizer.b2=1.5"], r"`train.optimizer.b2` must be a finite number in \[0, 1\); got 1.5"),
+    (["train.optimizer.b2=1.5"],
+     r"`train.optimizer.b2` must be a finite number in \[0, 1\); got 1.5"),
     (["train.optimizer.eps=-1.0"], r"`train.optimizer.eps` must be a finite number > 0; got -1.0"),
-    (["train.optimizer.weight_decay=-1.0"], r"`train.optimizer.weight_decay` must be a finite number >= 0; got -1.0"),
-    (["train.schedule.steps_per_cycle=0"], r"`train.schedule.steps_per_cycle` must be a positive int or None; got 0"),
-    (["train.redraw_features_every=-1"], r"`train.redraw_features_every` must be a non-negative int; got -1"),
+    (["train.optimizer.weight_decay=-1.0"],
+     r"`train.optimizer.weight_decay` must be a finite number >= 0; got -1.0"),
+    (["train.schedule.steps_per_cycle=0"],
+     r"`train.schedule.steps_per_cycle` must be a positive int or None; got 0"),
+    (["train.redraw_features_every=-1"],
+     r"`train.redraw_features_every` must be a non-negative int; got -1"),
     # (--config.model.attention=X and --config.protocol=P re-run get_config: their errors and
     # the same checks on a config set directly are in test_configs_lra.py.)
 ])

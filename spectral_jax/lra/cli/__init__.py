@@ -80,11 +80,11 @@ def _record_prog(parser: argparse.ArgumentParser) -> None:
     A subparser's defaults override its parent's, so the deepest command chosen wins.
     """
     parser.formatter_class = _DefaultsFormatter
-    for action in parser._actions:  # noqa: SLF001  (argparse has no public accessor)
+    for action in parser._actions:  # argparse has no public accessor
         if action.help is None and action.option_strings and action.default not in (
                 None, False, argparse.SUPPRESS, []):
             action.help = "default: %(default)s"  # argparse shows no line without help
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+        if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 sub.set_defaults(command_prog=sub.prog)
                 _record_prog(sub)
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except Exception as err:  # noqa: BLE001  (sorted by report_error; bugs re-raised)
+    except Exception as err:  # sorted by report_error; a bug is re-raised
         status = report_error(err, args)
         if status is None:
             raise

@@ -8,8 +8,9 @@
 
 Each writes ``<out>.json`` and ``<out>.png`` (and prints a rich table and where the files
 went); without ``--out``, into ``bench_out/`` (git-ignored), not the current folder. Bad
-arguments print one message and exit with status 2 (:func:`spectral_jax.lra.cli.main`). Building the parser imports
-no JAX: method names are checked against the registry only when ``--methods`` is given.
+arguments print one message and exit with status 2 (:func:`spectral_jax.lra.cli.main`).
+Building the parser imports no JAX: method names are checked against the registry only when
+``--methods`` is given.
 """
 
 from __future__ import annotations
@@ -231,7 +232,8 @@ def add_parser(subparsers: Any) -> None:
     sp.add_argument("--modes", nargs="+", choices=("fwd", "fwd_bwd"), default=["fwd", "fwd_bwd"])
     sp.add_argument("--memory-budget-gb", type=float, default=None,
                     help="skip configurations whose compiled peak exceeds this many GiB "
-                         "(default: 0.9 x the accelerator memory limit, else 0.5 x the host's available RAM, since XLA's CPU estimate undercounts)")
+                         "(default: 0.9 x the accelerator memory limit, else 0.5 x the "
+                         "host's available RAM, since XLA's CPU estimate undercounts)")
     sp.add_argument("--head-chunk-size", type=int, default=None,
                     help="(example, head) slices per step for the approximate methods; "
                          "default: about 4096 tokens' worth on CPU for long inputs, else all")

@@ -11,10 +11,10 @@
 then overrides one field (VALUE parsed by the field's type), as with
 ``ml_collections.config_flags`` but without absl; ``--config.model.attention=X`` re-runs
 ``get_config`` with ``attention=X`` (:mod:`spectral_jax.lra.train.overrides`). Errors in the
-config, the data directory or the workdir print one message and exit with status 2; a
-diverged run exits with status 1 (both reported by :func:`spectral_jax.lra.cli.main`). SIGINT
-(Ctrl-C) or SIGTERM stops ``train`` after the current step, checkpointed, with the line ``interrupted at step N;
-checkpoint saved; rerun the same command to resume`` and exit status 130 or 143
+config, the data directory or the workdir print one message and exit with status 2; a diverged
+run exits with status 1 (both reported by :func:`spectral_jax.lra.cli.main`). SIGINT (Ctrl-C)
+or SIGTERM stops ``train`` after the current step, checkpointed, with the line ``interrupted at
+step N; checkpoint saved; rerun the same command to resume`` and exit status 130 or 143
 (:mod:`spectral_jax.lra.train.interrupt`).
 """
 
@@ -25,7 +25,6 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Any
 
 import ml_collections
 
@@ -47,8 +46,8 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
 
     Raises:
         FileNotFoundError: no such config file.
-        spectral_jax.UsageError: a file without ``get_config``, a malformed override, an unknown field or a
-          value of the wrong type.
+        spectral_jax.UsageError: a file without ``get_config``, a malformed override, an
+          unknown field or a value of the wrong type.
 
     Example:
         >>> cfg = load_config("configs/lra/listops.py:quick", ["train.steps=10"])

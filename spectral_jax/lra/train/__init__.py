@@ -12,8 +12,8 @@ from spectral_jax.lra import require
 
 require()
 
-import importlib
-from typing import Any
+import importlib  # noqa: E402  (after the check, so a missing extra is named first)
+from typing import Any  # noqa: E402
 
 _EXPORTS = {
     "TrainingDiverged": "loop",

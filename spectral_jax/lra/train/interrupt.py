@@ -19,7 +19,7 @@ import contextlib
 import signal
 import subprocess
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -123,6 +123,6 @@ def forward_signals(process: subprocess.Popen) -> Iterator[StopSignals]:
         if process.poll() is None:
             process.send_signal(signum)
 
-    stop._handle = handle  # noqa: SLF001 - the same bookkeeping, plus the forwarding
+    stop._handle = handle  # the same bookkeeping, plus the forwarding
     with stop:
         yield stop

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import ml_collections
@@ -71,10 +72,10 @@ def train_and_evaluate(
         ``extensions`` (``[]`` unless extended) and the resolved ``config``.
 
     Raises:
-        spectral_jax.UsageError: invalid config (unknown task, method or protocol; batch size not divisible
-          by the device count; ...), or ``workdir`` holding a different config. Raised before
-          anything is compiled.
-        spectral_jax.UsageTypeError: a config value of the wrong kind (see :mod:`spectral_jax._checks`).
+        spectral_jax.UsageError: invalid config (unknown task, method or protocol; batch size
+          not divisible by the device count; ...), or ``workdir`` holding a different config.
+          Raised before anything is compiled.
+        spectral_jax.UsageTypeError: a config value of the wrong kind.
         FileNotFoundError: the task's data directory is missing (the message says how to get it).
         TrainingDiverged: the loss became non-finite (the message names the step).
         TrainingInterrupted: SIGINT or SIGTERM; the step it names is checkpointed.

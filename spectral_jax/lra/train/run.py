@@ -148,8 +148,8 @@ def load_task(config: ml_collections.ConfigDict, *, is_main: bool = True) -> dat
 
     Raises:
         FileNotFoundError: no data in ``data.dir`` (the message says how to get it).
-        spectral_jax.UsageError: ``data.generate`` for a task without a generator; data generated with
-          other settings; an empty split.
+        spectral_jax.UsageError: ``data.generate`` for a task without a generator; data
+          generated with other settings; an empty split.
     """
     cfg = config.data
     settings = None if cfg.generate is None else cfg.generate.to_dict()
@@ -233,7 +233,7 @@ def open_for_training(
         The :class:`Run`; enter it (``with run:``) to train.
 
     Raises:
-        ValueError, TypeError: invalid config, ``workdir`` holding a different config (with
+        spectral_jax.UsageError: invalid config, ``workdir`` holding a different config (with
           ``extend``: differing in more than ``train.steps``, or fewer steps), or both
           ``extend`` and ``overwrite``.
         FileNotFoundError: the task's data is missing (the message says how to get it), or
@@ -247,7 +247,7 @@ def recorded_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
     """``config`` as a run records it in ``config.json``: a checked copy, ``data.dir`` absolute.
 
     Raises:
-        ValueError, TypeError: an invalid config (see :func:`validate_config`).
+        spectral_jax.UsageError: an invalid config (see :func:`validate_config`).
     """
     config = ml_collections.ConfigDict(config.to_dict())
     validate_config(config)

@@ -27,7 +27,8 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from spectral_jax import UsageError
 from spectral_jax.lra.train.interrupt import Interrupted, forward_signals
@@ -100,8 +101,8 @@ def plan(config: str, methods: tuple[str, ...], seeds: list[int], workdir: str,
         overrides: ``a.b=VALUE`` for every run; ``seed`` is the sweep's.
 
     Raises:
-        spectral_jax.UsageError: ``ARG`` or an override already sets the method or the seed, no seeds, or
-          repeated seeds.
+        spectral_jax.UsageError: ``ARG`` or an override already sets the method or the seed,
+          no seeds, or repeated seeds.
 
     Example:
         >>> [r.name for r in plan("c.py:quick", ("softmax",), [0, 1], "out")]
@@ -156,7 +157,8 @@ def run_sweep(
         ``failed``.
 
     Raises:
-        spectral_jax.UsageError: bad arguments (see :func:`plan`), or run folders holding another config.
+        spectral_jax.UsageError: bad arguments (see :func:`plan`), or run folders holding
+          another config.
         KeyboardInterrupt: passed on; the next sweep resumes where this one stopped. On
           SIGINT or SIGTERM the running run gets the signal, saves and stops, and the sweep
           raises :class:`spectral_jax.lra.train.interrupt.Interrupted` after it.
@@ -272,7 +274,7 @@ def _train_here(config, workdir: str, *, overwrite: bool) -> str | None:
         return f"diverged: {e}"
     except (UsageError, FileNotFoundError) as e:
         return f"config error: {type(e).__name__}: {e}"
-    except Exception as e:  # noqa: BLE001 - e.g. XLA out of memory; one run, not the sweep
+    except Exception as e:  # e.g. XLA out of memory: it fails one run, not the sweep
         return f"crashed: {type(e).__name__}: {e}"
     return None
 

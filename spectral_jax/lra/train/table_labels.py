@@ -123,7 +123,7 @@ def _preset(task: str, protocol: str, method: str) -> dict[str, Any] | None:
     return None if path is None else _recorded_preset(str(path), protocol, method)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _recorded_preset(path: str, protocol: str, method: str) -> dict[str, Any] | None:
     """The preset's config as a run records it, or None when the file cannot build it."""
     from spectral_jax.lra.cli.train import load_config

@@ -55,7 +55,8 @@ def check_extension(workdir: str, config: ml_collections.ConfigDict) -> int:
 
     Raises:
         FileNotFoundError: no run in ``workdir``.
-        spectral_jax.UsageError: ``config.train.steps`` below the recorded value, or another field differs.
+        spectral_jax.UsageError: ``config.train.steps`` below the recorded value, or another
+          field differs.
 
     Example:
         >>> import tempfile
