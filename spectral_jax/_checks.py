@@ -24,6 +24,8 @@ The rule, the same in every package:
   IndexError).
 * NumPy integers and floats (from config files, sweeps) are accepted wherever Python ones are,
   and are returned as Python ``int`` / ``float``; float checks also accept 0-d arrays.
+* A value traced by ``jax.jit`` is never a valid Python-level parameter (it sets shapes or
+  control flow): every check refuses it with a message saying how to keep it static.
 
 Example:
     >>> from spectral_jax import _checks
@@ -39,13 +41,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from typing import Any
 
 import numpy as np
 
 __all__ = ["NumberKindError", "UnknownNameError", "UnsupportedError", "UsageError",
            "UsageTypeError", "boolean", "choice", "message", "nonnegative_int", "number",
-           "positive_int"]
+           "positive_int", "reject_traced"]
 
 
 class UsageError(ValueError):
@@ -109,7 +112,28 @@ def _is_bool(value: Any) -> bool:
     return isinstance(value, (bool, np.bool_))
 
 
+def reject_traced(owner: str, name: str, value: Any) -> None:
+    """A UsageTypeError for a value traced by ``jax.jit``, saying how to keep it static.
+
+    JAX is looked up, not imported: a traced value exists only once JAX is loaded, and the
+    command line's help must not load it.
+
+    Raises:
+        UsageTypeError: ``value`` is a ``jax.core.Tracer``.
+    """
+    jax = sys.modules.get("jax")
+    if jax is not None and isinstance(value, jax.core.Tracer):
+        fn = owner.removesuffix("()")
+        raise UsageTypeError(
+            f"{owner}: `{name}` must be a static Python value, but it is traced "
+            f"({value!r}): it sets shapes or control flow, so it cannot be a jit argument. "
+            f"Bind it before jitting, jax.jit(functools.partial({fn}, {name}=...)), or "
+            f"mark it static, jax.jit(f, static_argnames=('{name}',))."
+        )
+
+
 def _integer(owner: str, name: str, value: Any, what: str) -> int:
+    reject_traced(owner, name, value)
     if _is_bool(value):
         raise NumberKindError(message(owner, name, what, value))
     if isinstance(value, (numbers.Integral, np.integer)):
@@ -202,6 +226,7 @@ def number(
         what = "a finite number" + _interval(low, high, low_open, high_open)
         if allow_none:
             what += " or None"
+    reject_traced(owner, name, value)
     if _is_bool(value):
         raise NumberKindError(message(owner, name, what, value))
     if isinstance(value, (numbers.Real, np.integer, np.floating)):
@@ -241,6 +266,7 @@ def choice(owner: str, name: str, value: Any, allowed: tuple[Any, ...] | list[An
         spectral_jax.UsageError: linear_attention(): `feature_map` must be one of ('elu', 'relu'); got 'tanh'.
     """
     allowed = tuple(allowed)
+    reject_traced(owner, name, value)
     try:
         ok = value in allowed
     except (TypeError, ValueError):  # unhashable, or an array: not one of the choices
@@ -257,6 +283,7 @@ def boolean(owner: str, name: str, value: Any) -> bool:
         >>> boolean("f()", "is_causal", np.bool_(True))
         True
     """
+    reject_traced(owner, name, value)
     if not _is_bool(value):
         raise UsageTypeError(message(owner, name, "a bool", value))
     return bool(value)

@@ -63,9 +63,9 @@ def test_flax_float_masks_equal_boolean_masks(name):
 
 @pytest.mark.parametrize("name", [n for n, s in sa.ATTENTIONS.items() if not s.exact])
 def test_traced_causal_mask_is_never_silent_under_jit(name):
-    # Issue 15.4: a causal mask traced under jit was taken as padding. The example whose
-    # mask is not a padding mask gets NaN outputs, the others are untouched, and under
-    # checkify the error names the method and the fault.
+    # A causal mask traced under jit is not taken as padding: the example whose mask is
+    # not a padding mask gets NaN outputs, the others are untouched, and under checkify the
+    # error names the method and the fault.
     from jax.experimental import checkify
     x = jax.random.normal(jax.random.key(0), (2, 16, 2, 8))
     fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))

@@ -10,12 +10,9 @@ from spectral_jax.attention._clustered import (
     clustered_attention,
     improved_clustered_attention,
 )
-from spectral_jax.attention._common import (
-    FLAX_KWARGS,
-    as_bool_mask,
-    resolve_head_chunk_size,
-)
+from spectral_jax.attention._common import FLAX_KWARGS, resolve_head_chunk_size
 from spectral_jax.attention._gated_linear import gated_linear_attention
+from spectral_jax.attention._hints import cached_decode_hint, causal_methods_hint
 from spectral_jax.attention._inducing_points import inducing_points_attention
 from spectral_jax.attention._landmarks import segment_means
 from spectral_jax.attention._linear import linear_attention
@@ -27,6 +24,7 @@ from spectral_jax.attention._memory_compressed import (
     memory_compressed_attention,
 )
 from spectral_jax.attention._nystrom import nystrom_attention
+from spectral_jax.attention._padding import as_bool_mask
 from spectral_jax.attention._performer import (
     orthogonal_random_features,
     performer_attention,
@@ -39,8 +37,6 @@ from spectral_jax.attention._registry import (
     AttentionSpec,
     available_attentions,
     budget_parameters,
-    cached_decode_hint,
-    causal_methods_hint,
     get_attention,
     get_attention_spec,
 )

@@ -8,8 +8,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import _checks
 from spectral_jax.attention import _common
 from spectral_jax.attention._landmarks import evenly_spaced_positions, random_positions
+from spectral_jax.attention._prologue import prologue, slice_keys
 
 Array = jax.Array
 
@@ -124,22 +126,16 @@ def _run(
     head_chunk_size: int | None, flax_kwargs: dict[str, Any],
 ) -> Array:
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
-    _common.check_positive_int(method, "num_clusters", num_clusters)
-    _common.check_nonnegative_int(method, "iterations", iterations)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
-    args = ()
-    if rng is not None:
-        _common.check_single_key(method, "rng", rng)
-        args = (_common.fold_in_rng(rng, q_valid.shape[0], q_valid.shape[1]),)
-    head = functools.partial(head, scale=scale, num_clusters=int(num_clusters),
+    _checks.positive_int(f"{method}()", "num_clusters", num_clusters)
+    _checks.nonnegative_int(f"{method}()", "iterations", iterations)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
+    head = functools.partial(head, scale=p.scale, num_clusters=int(num_clusters),
                              iterations=int(iterations))
     return _common.lift(
-        head, query, key, value, q_valid, k_valid,
-        _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths), *args,
-        method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,
+        head, query, key, value, p.query_valid, p.key_valid, p.landmark_valid,
+        *slice_keys(method, rng, p.query_valid),
+        method=method, mask_ok=p.mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)
 
 
@@ -299,7 +295,7 @@ def improved_clustered_attention(
       (2, 128, 4, 16)
     """
     method = "improved_clustered_attention"
-    _common.check_positive_int(method, "topk", topk)
+    _checks.positive_int(f"{method}()", "topk", topk)
     head = functools.partial(_improved_clustered_head, topk=int(topk))
     return _run(method, head, query, key, value, bias, mask, scale, is_causal, num_clusters,
                 iterations, rng, query_seq_lengths, key_value_seq_lengths, head_chunk_size,

@@ -16,13 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention._padding import (  # noqa: F401 (the methods' shared names)
-    as_bool_mask,
-    check_mask_shape,
-    landmark_query_valid,
-    padding_from_mask,
-    seq_lengths_valid,
-)
+from spectral_jax.attention._hints import causal_methods_hint
 
 Array = jax.Array
 
@@ -76,7 +70,7 @@ def check_call(
     check_flax_kwargs(method, flax_kwargs)
     check_qkv(method, query, key, value)
     reject_bias(method, bias)
-    check_bool(method, "is_causal", is_causal)
+    _checks.boolean(f"{method}()", "is_causal", is_causal)
     if not causal_ok:
         reject_causal(method, is_causal)
 
@@ -121,48 +115,6 @@ def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:
         )
 
 
-def reject_traced(method: str, name: str, value: Any) -> None:
-    """A static (Python-level) parameter traced by ``jax.jit`` gets an error that says how
-    to keep it static, rather than a type error about a tracer."""
-    if isinstance(value, jax.core.Tracer):
-        raise UsageTypeError(
-            f"{method}(): `{name}` must be a static Python value, but it is traced "
-            f"({value!r}): it sets shapes or control flow, so it cannot be a jit argument. "
-            f"Bind it before jitting, jax.jit(functools.partial({method}, {name}=...)), or "
-            f"mark it static, jax.jit(f, static_argnames=('{name}',))."
-        )
-
-
-def check_bool(method: str, name: str, value: Any) -> None:
-    reject_traced(method, name, value)
-    _checks.boolean(f"{method}()", name, value)
-
-
-def check_positive_int(method: str, name: str, value: Any, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    reject_traced(method, name, value)
-    _checks.positive_int(f"{method}()", name, value, allow_none=allow_none)
-
-
-def check_nonnegative_int(method: str, name: str, value: Any, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    reject_traced(method, name, value)
-    _checks.nonnegative_int(f"{method}()", name, value, allow_none=allow_none)
-
-
-def check_nonnegative_float(method: str, name: str, value: Any) -> float:
-    """A finite real number >= 0, as a Python float.
-
-    NumPy and 0-d JAX scalars are accepted (configs loaded from files give them); bools,
-    NaN and inf are not (ValueError), nor are strings or arrays with dimensions (TypeError), as
-    they would only surface later as NaN outputs.
-    """
-    reject_traced(method, name, value)
-    return _checks.number(f"{method}()", name, value, low=0.0, what="a finite float >= 0")
-
-
 def check_single_key(method: str, name: str, value: Any) -> None:
     """One ``jax.random`` key: a typed key of shape () or a raw uint32 key of shape (2,)."""
     typed = isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
@@ -174,11 +126,6 @@ def check_single_key(method: str, name: str, value: Any) -> None:
             f"batch of keys or another array; got {type(value).__name__} with shape "
             f"{getattr(value, 'shape', None)} and dtype {getattr(value, 'dtype', None)}."
         )
-
-
-def check_choice(method: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:
-    reject_traced(method, name, value)
-    _checks.choice(f"{method}()", name, value, allowed)
 
 
 def reject_bias(method: str, bias: Array | None) -> None:
@@ -197,14 +144,6 @@ def reject_causal(method: str, is_causal: bool) -> None:
             "positions into shared landmarks or projections, so it has no causal form. "
             f"{causal_methods_hint()}"
         )
-
-
-def causal_methods_hint() -> str:
-    """:func:`spectral_jax.attention._registry.causal_methods_hint`, for the method files."""
-    # Imported here: the registry imports every method file, and they import this module.
-    from spectral_jax.attention._registry import causal_methods_hint as hint
-
-    return hint()
 
 
 def compute_dtype(dtype: Any) -> Any:
@@ -230,8 +169,9 @@ def default_scale(method: str, scale: Any, head_dim: int) -> Any:
     return value
 
 
-# On CPU a chunk of (example, head) slices should cover about this many tokens (see
-# resolve_head_chunk_size for the measurements behind it).
+# On CPU a chunk of (example, head) slices covers about this many tokens: enough work per
+# step to amortise the loop, few enough that one chunk's kernels stay in cache
+# (benchmarks/attention_cpu_measurements.md).
 CPU_TOKENS_PER_STEP = 4096
 
 
@@ -245,14 +185,13 @@ def resolve_head_chunk_size(
     ``jax.default_backend()``. ``head_chunk_size=None`` means all slices at once on GPU/TPU
     (any platform but ``"cpu"``). On CPU it means about ``CPU_TOKENS_PER_STEP``
     tokens' worth of slices per step (at least one), or all at once when that would leave
-    two steps or fewer. Measured on the 2-core CPU, forward+backward: Nyström at n = 8192,
-    4 heads went from 148 ms and 59 MiB of temporaries (all heads vmapped) to 48 ms and
-    19 MiB (one head per step, its n x m kernels staying in cache); at n = 256, batch 32,
-    2 heads, 16 slices per step were fastest; at n = 128 (the quick ListOps preset) plain
-    vmap was, as the loop and the rematerialisation cost more than they save. Accelerators
-    want the whole batch in one kernel.
+    two steps or fewer. Why: on CPU, long sequences run faster and with a fraction of the
+    temporaries when each step's n x m kernels stay in cache, while short ones gain
+    nothing from the loop and its rematerialisation (figures in
+    ``benchmarks/attention_cpu_measurements.md``). Accelerators want the whole batch in one
+    kernel.
     """
-    check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
+    _checks.positive_int(f"{method}()", "head_chunk_size", head_chunk_size, allow_none=True)
     if head_chunk_size is None:
         head_chunk_size = num_slices
         if (platform or jax.default_backend()) == "cpu":

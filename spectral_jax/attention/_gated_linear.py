@@ -9,9 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spectral_jax import UnsupportedError, UsageError, UsageTypeError
+from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
 from spectral_jax.attention import _common
+from spectral_jax.attention._hints import cached_decode_hint
 from spectral_jax.attention._linear import FEATURE_MAPS
+from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
 
@@ -201,7 +203,7 @@ def gated_linear_attention(
       (2, 100, 4, 16)
     """
     method = "gated_linear_attention"
-    _common.check_bool(method, "is_causal", is_causal)
+    _checks.boolean(f"{method}()", "is_causal", is_causal)
     if not is_causal:
         raise UnsupportedError(
             f"{method}(): `is_causal=False` is not supported: the gated recurrence S_t = "
@@ -211,31 +213,27 @@ def gated_linear_attention(
         )
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
     if query.shape[-3] != key.shape[-3]:
-        # Imported here: the registry imports every method file.
-        from spectral_jax.attention._registry import cached_decode_hint
-
         raise UsageError(
             f"{method}(): the recurrence needs q_len == kv_len; got {query.shape[-3]} and "
             f"{key.shape[-3]} (a key/value cache, as Flax's decode mode passes, does not hold "
             f"the gated state). {cached_decode_hint()}"
         )
     gates = _check_gates(method, gates, key)
-    _common.check_choice(method, "feature_map", feature_map, tuple(FEATURE_MAPS))
-    _common.check_positive_int(method, "chunk_size", chunk_size)
+    _checks.choice(f"{method}()", "feature_map", feature_map, tuple(FEATURE_MAPS))
+    _checks.positive_int(f"{method}()", "chunk_size", chunk_size)
     if scale is not None:
         raise UsageError(
             f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
         )
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _gated_head, feature_map=feature_map, chunk_size=chunk_size,
-        eps=_common.check_nonnegative_float(method, "eps", eps),
+        eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
     )
-    b = q_valid.shape[0]
+    b = p.query_valid.shape[0]
     per_head_gates = jnp.swapaxes(gates.reshape(b, *gates.shape[-2:]), 1, 2)  # (B, H, n)
     return _common.lift(
-        head, query, key, value, q_valid, k_valid, per_head_gates,
-        method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,
+        head, query, key, value, p.query_valid, p.key_valid, per_head_gates,
+        method=method, mask_ok=p.mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

@@ -8,8 +8,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError, UsageTypeError
+from spectral_jax import UsageError, UsageTypeError, _checks
 from spectral_jax.attention import _common
+from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
 
@@ -170,14 +171,12 @@ def inducing_points_attention(
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     check_value_dim(method, query, value)
     points = check_summary_queries(method, "inducing_points", inducing_points, query)
-    _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
-    summary = summarise(method, points, key, value, k_valid, scale=scale,
+    _checks.positive_int(f"{method}()", "head_chunk_size", head_chunk_size, allow_none=True)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
+    summary = summarise(method, points, key, value, p.key_valid, scale=p.scale,
                         head_chunk_size=head_chunk_size)
-    out = read_summary(method, query, summary, q_valid, scale=scale,
+    out = read_summary(method, query, summary, p.query_valid, scale=p.scale,
                        head_chunk_size=head_chunk_size)
-    return _common.poison_invalid(out, mask_ok).astype(query.dtype)
+    return _common.poison_invalid(out, p.mask_ok).astype(query.dtype)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from spectral_jax.attention import _common
+from spectral_jax import _checks
 
 Array = jax.Array
 
@@ -39,7 +39,7 @@ def segment_means(x: Array, valid: Array, num_landmarks: int) -> tuple[Array, Ar
       >>> means[:, 0].tolist(), ok.tolist()
       ([0.5, 2.5], [True, True])
     """
-    _common.check_positive_int("segment_means", "num_landmarks", num_landmarks)
+    _checks.positive_int("segment_means()", "num_landmarks", num_landmarks)
     segment = segment_ids(valid, num_landmarks)
     sums = jax.ops.segment_sum(
         jnp.where(valid[:, None], x, 0).astype(jnp.promote_types(x.dtype, jnp.float32)),

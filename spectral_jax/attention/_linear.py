@@ -9,8 +9,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError
+from spectral_jax import UsageError, _checks
 from spectral_jax.attention import _common
+from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
 
@@ -43,10 +44,8 @@ def feature_attention(
     features and is rematerialised in the backward pass, so neither the (n, r) features nor
     their gradients are ever held whole: beyond O(n·d) copies of the inputs and their
     gradients, the backward pass keeps one carry per chunk, O((n/chunk)·r·d_v), and one
-    step's O(chunk·(r + chunk + d_v)) work. ``jax.grad`` of causal ``performer_attention``
-    on (1, 8192, 1, 64) float32 with r = 256 and chunk 128 compiles to 13 MiB of
-    temporaries, 4 MiB of them carries (84 MiB when the (n, r) features were built before
-    the scan).
+    step's O(chunk·(r + chunk + d_v)) work (compiled sizes in
+    ``benchmarks/attention_cpu_measurements.md``).
 
     Args:
       query_features: ``(rows, d) -> (rows, r)``.
@@ -166,23 +165,22 @@ def linear_attention(
     """
     method = "linear_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
-    _common.check_choice(method, "feature_map", feature_map, tuple(FEATURE_MAPS))
-    _common.check_positive_int(method, "chunk_size", chunk_size)
+    _checks.choice(f"{method}()", "feature_map", feature_map, tuple(FEATURE_MAPS))
+    _checks.positive_int(f"{method}()", "chunk_size", chunk_size)
     if scale is not None:
         raise UsageError(
             f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
         )
     check_causal_lengths(method, is_causal, query, key)
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _linear_head, feature_map=feature_map, is_causal=is_causal, chunk_size=chunk_size,
-        eps=_common.check_nonnegative_float(method, "eps", eps),
+        eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
     )
     return end_aligned_lift(
-        head, query, key, value, q_valid, k_valid, is_causal=is_causal,
-        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
+        head, query, key, value, p.query_valid, p.key_valid, is_causal=is_causal,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
     ).astype(query.dtype)
 
 

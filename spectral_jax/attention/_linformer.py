@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from spectral_jax import UsageError
 from spectral_jax.attention import _common
+from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
 
@@ -114,14 +115,13 @@ def linformer_attention(
             f"{method}(): key_projection {key_projection.shape} and value_projection "
             f"{value_projection.shape} differ in (proj_len, max_length)."
         )
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
-    b = q_valid.shape[0]
-    per_head = lambda p: jnp.broadcast_to(p, (b, heads, *p.shape[-2:]))  # noqa: E731
-    head = functools.partial(_linformer_head, scale=scale)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
+    b = p.query_valid.shape[0]
+    per_head = lambda e: jnp.broadcast_to(e, (b, heads, *e.shape[-2:]))  # noqa: E731
+    head = functools.partial(_linformer_head, scale=p.scale)
     return _common.lift(
-        head, query, key, value, q_valid, k_valid, per_head(key_projection),
-        per_head(value_projection), method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
+        head, query, key, value, p.query_valid, p.key_valid, per_head(key_projection),
+        per_head(value_projection), method=method, head_chunk_size=head_chunk_size,
+        mask_ok=p.mask_ok,
     ).astype(query.dtype)

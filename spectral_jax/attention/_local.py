@@ -8,8 +8,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError
+from spectral_jax import UsageError, _checks
 from spectral_jax.attention import _common
+from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
 
@@ -152,20 +153,18 @@ def local_attention(
     """
     method = "local_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
-    _common.check_positive_int(method, "window", window)
+    _checks.positive_int(f"{method}()", "window", window)
     if query.shape[-3] > key.shape[-3]:
         raise UsageError(
             f"{method}(): the queries are end-aligned with the last valid key (query i at "
             f"position p - (q_len - 1 - i)), so q_len must be <= kv_len; got "
             f"q_len={query.shape[-3]} and kv_len={key.shape[-3]}."
         )
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
     per_head = _local_head if query.shape[-3] == key.shape[-3] else _local_end_aligned_head
-    head = functools.partial(per_head, scale=scale, window=int(window), is_causal=is_causal)
+    head = functools.partial(per_head, scale=p.scale, window=int(window), is_causal=is_causal)
     return _common.lift(
-        head, query, key, value, q_valid, k_valid,
-        method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,
+        head, query, key, value, p.query_valid, p.key_valid,
+        method=method, mask_ok=p.mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

@@ -6,14 +6,16 @@ from typing import Any
 
 import jax
 
-from spectral_jax import UnsupportedError
+from spectral_jax import UnsupportedError, _checks
 from spectral_jax.attention import _common
+from spectral_jax.attention._hints import causal_methods_hint
 from spectral_jax.attention._inducing_points import (
     check_summary_queries,
     check_value_dim,
     read_summary,
     summarise,
 )
+from spectral_jax.attention._prologue import Prologue, prologue
 
 Array = jax.Array
 
@@ -22,21 +24,19 @@ def _prepare(
     method: str, query: Array, key: Array, value: Array, bias: Array | None, mask: Array | None,
     packed_query: Any, scale: Any, is_causal: bool, query_seq_lengths: Array | None,
     key_value_seq_lengths: Array | None, head_chunk_size: Any, flax_kwargs: dict[str, Any],
-) -> tuple[Array, Any, Array, Array]:
+) -> tuple[Array, Prologue]:
     if is_causal is True:
         raise UnsupportedError(
             f"{method}(): `is_causal=True` is not implemented: the packed sequence P' mixes "
             "every key position (Luna's causal form needs a separate per-position pack). "
-            f"{_common.causal_methods_hint()}"
+            f"{causal_methods_hint()}"
         )
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     packed_query = check_summary_queries(method, "packed_query", packed_query, query)
-    _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
-    return packed_query, scale, q_valid, k_valid, mask_ok
+    _checks.positive_int(f"{method}()", "head_chunk_size", head_chunk_size, allow_none=True)
+    return packed_query, prologue(method, query, key, mask, scale,
+                                  query_seq_lengths=query_seq_lengths,
+                                  key_value_seq_lengths=key_value_seq_lengths)
 
 
 def luna_pack(
@@ -76,12 +76,12 @@ def luna_pack(
       (2, 8, 4, 16)
     """
     method = "luna_pack"
-    packed_query, scale, _, k_valid, mask_ok = _prepare(
+    packed_query, p = _prepare(
         method, query, key, value, bias, mask, packed_query, scale, is_causal,
         query_seq_lengths, key_value_seq_lengths, head_chunk_size, flax_kwargs)
-    packed = summarise(method, packed_query, key, value, k_valid, scale=scale,
+    packed = summarise(method, packed_query, key, value, p.key_valid, scale=p.scale,
                        head_chunk_size=head_chunk_size)
-    return _common.poison_invalid(packed, mask_ok).astype(query.dtype)
+    return _common.poison_invalid(packed, p.mask_ok).astype(query.dtype)
 
 
 def luna_attention(
@@ -164,17 +164,17 @@ def luna_attention(
       ((2, 128, 4, 16), (2, 8, 4, 16))
     """
     method = "luna_attention"
-    _common.check_bool(method, "return_packed", return_packed)
-    packed_query, scale, q_valid, k_valid, mask_ok = _prepare(
+    _checks.boolean(f"{method}()", "return_packed", return_packed)
+    packed_query, p = _prepare(
         method, query, key, value, bias, mask, packed_query, scale, is_causal,
         query_seq_lengths, key_value_seq_lengths, head_chunk_size, flax_kwargs)
     check_value_dim(method, query, value)
     packed = _common.poison_invalid(
-        summarise(method, packed_query, key, value, k_valid, scale=scale,
-                  head_chunk_size=head_chunk_size), mask_ok)
-    out = read_summary(method, query, packed, q_valid, scale=scale,
+        summarise(method, packed_query, key, value, p.key_valid, scale=p.scale,
+                  head_chunk_size=head_chunk_size), p.mask_ok)
+    out = read_summary(method, query, packed, p.query_valid, scale=p.scale,
                        head_chunk_size=head_chunk_size)
-    out = _common.poison_invalid(out, mask_ok).astype(query.dtype)
+    out = _common.poison_invalid(out, p.mask_ok).astype(query.dtype)
     if return_packed:
         return out, packed.astype(query.dtype)
     return out

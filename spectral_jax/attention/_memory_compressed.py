@@ -9,8 +9,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError, UsageTypeError
+from spectral_jax import UsageError, UsageTypeError, _checks
 from spectral_jax.attention import _common
+from spectral_jax.attention._hints import cached_decode_hint
+from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
 
@@ -28,7 +30,7 @@ def mean_pool_conv(kernel_size: int, dim: int, dtype: Any = jnp.float32) -> Arra
              [0. , 0.5, 0. ],
              [0. , 0. , 0.5]], dtype=float32)
     """
-    _common.check_positive_int("mean_pool_conv", "kernel_size", kernel_size)
+    _checks.positive_int("mean_pool_conv()", "kernel_size", kernel_size)
     return jnp.broadcast_to(jnp.eye(dim, dtype=dtype) / kernel_size, (kernel_size, dim, dim))
 
 
@@ -88,9 +90,6 @@ def _check_causal_lengths(method: str, is_causal: bool, query: Array, key: Array
     short by the mask is indistinguishable from one cut short by padding, so the step
     cannot reproduce the causal run, which sees complete slots only."""
     if is_causal and query.shape[-3] != key.shape[-3]:
-        # Imported here: the registry imports every method file.
-        from spectral_jax.attention._registry import cached_decode_hint
-
         raise UsageError(
             f"{method}(): is_causal=True needs q_len == kv_len; got q_len={query.shape[-3]} "
             f"and kv_len={key.shape[-3]}. A query against a key/value cache (e.g. Flax's "
@@ -207,20 +206,18 @@ def memory_compressed_attention(
             f"{kernel} and {value_conv.shape[-3]}."
         )
     stride = kernel if stride is None else stride
-    _common.check_positive_int(method, "stride", stride)
+    _checks.positive_int(f"{method}()", "stride", stride)
     _check_causal_lengths(method, is_causal, query, key)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
     flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
-    memory_k, slot_last = compress_memory(flat(key), k_valid, key_conv, int(stride))
-    memory_v, _ = compress_memory(flat(value), k_valid, value_conv, int(stride))
+    memory_k, slot_last = compress_memory(flat(key), p.key_valid, key_conv, int(stride))
+    memory_v, _ = compress_memory(flat(value), p.key_valid, value_conv, int(stride))
     unflat = lambda x: x.reshape(*batch_shape, *x.shape[1:])  # noqa: E731
-    head = functools.partial(_memory_head, scale=scale, is_causal=is_causal)
+    head = functools.partial(_memory_head, scale=p.scale, is_causal=is_causal)
     return _common.lift(
-        head, query, unflat(memory_k), unflat(memory_v), q_valid, slot_last >= 0, slot_last,
-        method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,
+        head, query, unflat(memory_k), unflat(memory_v), p.query_valid, slot_last >= 0,
+        slot_last, method=method, mask_ok=p.mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

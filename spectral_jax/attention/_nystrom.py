@@ -9,10 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spectral_jax import UsageError
+from spectral_jax import UsageError, _checks
 from spectral_jax.attention import _common, _softmax
 from spectral_jax.attention._landmarks import segment_means
 from spectral_jax.attention._pinv import PINV_INITS, iterative_pinv, pinv_norm
+from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
 
@@ -46,10 +47,13 @@ def landmark_kernels(
 
 
 def check_landmark_args(
-    method: str, num_landmarks: Any, pinv_iterations: Any, pinv_init: Any
+    method: str, num_landmarks: Any, pinv_iterations: Any, pinv_init: Any,
+    head_chunk_size: Any = None,
 ) -> None:
-    _common.check_positive_int(method, "num_landmarks", num_landmarks)
-    _common.reject_traced(method, "pinv_iterations", pinv_iterations)
+    """The landmark parameters; ``head_chunk_size`` too for the methods whose
+    ``num_landmarks >= length`` path returns exact attention without reaching ``lift``."""
+    _checks.positive_int(f"{method}()", "num_landmarks", num_landmarks)
+    _checks.reject_traced(f"{method}()", "pinv_iterations", pinv_iterations)
     if pinv_iterations is not None and (
         isinstance(pinv_iterations, bool)
         or not isinstance(pinv_iterations, (int, np.integer))
@@ -59,7 +63,8 @@ def check_landmark_args(
             f"{method}(): `pinv_iterations` must be a non-negative int, or None for an exact "
             f"pseudo-inverse; got {pinv_iterations!r}."
         )
-    _common.check_choice(method, "pinv_init", pinv_init, PINV_INITS)
+    _checks.choice(f"{method}()", "pinv_init", pinv_init, PINV_INITS)
+    _checks.positive_int(f"{method}()", "head_chunk_size", head_chunk_size, allow_none=True)
 
 
 def global_pinv_norm(
@@ -100,7 +105,7 @@ def landmark_values(
 
     With n_valid keys ≤ m, each valid key is its own landmark and F is exactly the softmax
     over the valid keys, so F·V at those keys is exact attention: the answer the static
-    ``num_landmarks >= kv_len`` shortcut gives, now whatever the padding, so an example's
+    ``num_landmarks >= kv_len`` shortcut gives, here whatever the padding, so an example's
     output never depends on how far its batch-mates pad it. ``bv``: B V if already formed.
     """
     zbv = z @ (kern.b @ v if bv is None else bv)
@@ -200,26 +205,21 @@ def nystrom_attention(
     """
     method = "nystrom_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
-    check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
-    # Checked here too, as the num_landmarks >= length path below never reaches lift().
-    _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init, head_chunk_size)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
     if num_landmarks >= key.shape[-3]:
         return _softmax.softmax_attention(
-            query, key, value, mask=mask, scale=scale, query_seq_lengths=query_seq_lengths,
+            query, key, value, mask=mask, scale=p.scale, query_seq_lengths=query_seq_lengths,
             key_value_seq_lengths=key_value_seq_lengths)
-    q_landmark_valid = _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths)
     head = functools.partial(
-        _nystrom_head, scale=scale, num_landmarks=num_landmarks,
+        _nystrom_head, scale=p.scale, num_landmarks=num_landmarks,
         pinv_iterations=pinv_iterations, pinv_init=pinv_init,
         pinv_scale=global_pinv_norm(
-            query, key, q_landmark_valid, k_valid, scale=scale, num_landmarks=num_landmarks,
-            pinv_init=pinv_init, pinv_iterations=pinv_iterations),
+            query, key, p.landmark_valid, p.key_valid, scale=p.scale,
+            num_landmarks=num_landmarks, pinv_init=pinv_init, pinv_iterations=pinv_iterations),
     )
     return _common.lift(
-        head, query, key, value, q_valid, k_valid, q_landmark_valid,
-        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
+        head, query, key, value, p.query_valid, p.key_valid, p.landmark_valid,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
     ).astype(query.dtype)

@@ -83,8 +83,8 @@ def padding_from_mask(
         mask_ok = None
     else:
         # Under jit the mask can only be checked on the device. A host callback raising the
-        # error cost a sync per call (510 -> 320 examples/s on the quick ListOps run), so the
-        # verdict stays on the device: NaN outputs (see lift) and a checkify check.
+        # error would cost a host sync per call, so the verdict stays on the device: NaN
+        # outputs (see lift) and a checkify check.
         mask_ok = jnp.broadcast_to(mask_ok, batch_shape).reshape(b)
         checkify.debug_check(jnp.all(mask_ok), _NOT_PADDING.format(method=method))
     query_valid = jnp.broadcast_to(q_any[..., 0], full[:-1]).reshape(b, heads, q_len)

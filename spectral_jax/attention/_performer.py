@@ -10,13 +10,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError, UsageTypeError
+from spectral_jax import UsageError, UsageTypeError, _checks
 from spectral_jax.attention import _common
 from spectral_jax.attention._linear import (
     check_causal_lengths,
     end_aligned_lift,
     feature_attention,
 )
+from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
 
@@ -57,9 +58,9 @@ def orthogonal_random_features(
       True
     """
     method = "orthogonal_random_features"
-    _common.check_positive_int(method, "num_features", num_features)
-    _common.check_positive_int(method, "head_dim", head_dim)
-    _common.check_choice(method, "scaling", scaling, ("chi", "sqrt_d"))
+    _checks.positive_int(f"{method}()", "num_features", num_features)
+    _checks.positive_int(f"{method}()", "head_dim", head_dim)
+    _checks.choice(f"{method}()", "scaling", scaling, ("chi", "sqrt_d"))
     if not jnp.issubdtype(dtype, jnp.floating):
         raise UsageTypeError(f"{method}(): `dtype` must be a float dtype; got {dtype!r}.")
     num_blocks = math.ceil(num_features / head_dim)
@@ -202,7 +203,7 @@ def performer_attention(
     """
     method = "performer_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
-    _common.check_positive_int(method, "chunk_size", chunk_size)
+    _checks.positive_int(f"{method}()", "chunk_size", chunk_size)
     if projection is None or getattr(projection, "ndim", 0) != 2:
         raise UsageError(
             f"{method}(): `projection` must be a (num_features, head_dim) array, e.g. from "
@@ -214,15 +215,14 @@ def performer_attention(
             f"{query.shape[-1]}; it must be (num_features, head_dim)."
         )
     check_causal_lengths(method, is_causal, query, key)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
-        _performer_head, projection=projection, scale=scale, is_causal=is_causal,
-        eps=_common.check_nonnegative_float(method, "eps", eps), chunk_size=chunk_size,
+        _performer_head, projection=projection, scale=p.scale, is_causal=is_causal,
+        eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
+        chunk_size=chunk_size,
     )
     return end_aligned_lift(
-        head, query, key, value, q_valid, k_valid, is_causal=is_causal,
-        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
+        head, query, key, value, p.query_valid, p.key_valid, is_causal=is_causal,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
     ).astype(query.dtype)

@@ -6,8 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spectral_jax import UsageError
-from spectral_jax.attention import _common
+from spectral_jax import UsageError, _checks
 
 Array = jax.Array
 
@@ -60,8 +59,8 @@ def iterative_pinv(
     if matrix.ndim < 2 or matrix.shape[-2] != matrix.shape[-1]:
         raise UsageError(
             f"{method}(): `matrix` must be square (..., m, m); got shape {matrix.shape}.")
-    _common.check_choice(method, "init", init, PINV_INITS)
-    _common.reject_traced(method, "num_iterations", num_iterations)
+    _checks.choice(f"{method}()", "init", init, PINV_INITS)
+    _checks.reject_traced(f"{method}()", "num_iterations", num_iterations)
     if num_iterations is None:
         return jnp.linalg.pinv(matrix, hermitian=False)
     if (isinstance(num_iterations, bool) or not isinstance(num_iterations, (int, np.integer))
@@ -89,7 +88,7 @@ def pinv_norm(matrix: Array, init: str = "per_matrix") -> Array:
     as the Nyströmformer reference code takes ``max`` of each sum over its whole tensor).
     Both are differentiable, with the gradient of ``max`` going to the maximising entries.
     """
-    _common.check_choice("pinv_norm", "init", init, PINV_INITS)
+    _checks.choice("pinv_norm()", "init", init, PINV_INITS)
     abs_a = jnp.abs(matrix)
     columns, rows = abs_a.sum(axis=-2), abs_a.sum(axis=-1)
     if init == "global":

@@ -9,9 +9,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UnsupportedError
+from spectral_jax import UnsupportedError, _checks
 from spectral_jax.attention import _common
+from spectral_jax.attention._hints import causal_methods_hint
 from spectral_jax.attention._landmarks import _position_of_rank
+from spectral_jax.attention._prologue import prologue, slice_keys
 
 Array = jax.Array
 
@@ -161,25 +163,19 @@ def probsparse_attention(
     _common.check_flax_kwargs(method, flax_kwargs)
     _common.check_qkv(method, query, key, value)
     _common.reject_bias(method, bias)
-    _common.check_bool(method, "is_causal", is_causal)
+    _checks.boolean(f"{method}()", "is_causal", is_causal)
     if is_causal:
         raise UnsupportedError(
             f"{method}(): `is_causal=True` is not supported: ProbSparse picks the top-u "
             "queries of the whole sequence, so an earlier query's output depends on later "
-            f"tokens. {_common.causal_methods_hint()}"
+            f"tokens. {causal_methods_hint()}"
         )
-    _common.check_positive_int(method, "factor", factor)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
-    args = ()
-    if rng is not None:
-        _common.check_single_key(method, "rng", rng)
-        args = (_common.fold_in_rng(rng, q_valid.shape[0], q_valid.shape[1]),)
-    head = functools.partial(_probsparse_head, scale=scale, factor=int(factor))
+    _checks.positive_int(f"{method}()", "factor", factor)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
+    head = functools.partial(_probsparse_head, scale=p.scale, factor=int(factor))
     return _common.lift(
-        head, query, key, value, q_valid, k_valid,
-        _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths), *args,
-        method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,
+        head, query, key, value, p.query_valid, p.key_valid, p.landmark_valid,
+        *slice_keys(method, rng, p.query_valid),
+        method=method, mask_ok=p.mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from spectral_jax import UnknownNameError, UsageError
+from spectral_jax.attention import _hints
 from spectral_jax.attention._clustered import (
     clustered_attention,
     improved_clustered_attention,
@@ -31,7 +32,7 @@ from spectral_jax.attention._state import STATE_KINDS, StateKind
 BASELINE = "softmax"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AttentionSpec:
     """Everything the library needs to know about one registered method.
 
@@ -41,10 +42,7 @@ class AttentionSpec:
       source: paper and equation, for the README table.
       cost: time per head, e.g. ``"O(nmd + m³)"`` (n length, d head_dim, m the budget).
       supports_causal: whether ``is_causal=True`` is implemented.
-      causal_only: whether ``is_causal=False`` is refused (a recurrence such as RFA-Gate;
-        ``fn``'s default is then ``is_causal=True``).
       target: the exact registered method it approximates (itself when exact).
-      exact: whether the method is itself exact.
       recorded: the parameters every training config records (they define a result); their
         defaults come from ``fn``'s signature, or from the state kind's options.
       budget: the parameter that trades cost for accuracy (a parameter of ``fn`` or an option
@@ -74,7 +72,6 @@ class AttentionSpec:
     cost: str
     supports_causal: bool
     target: str
-    exact: bool = False
     recorded: tuple[str, ...] = ()
     budget: str | None = None
     state: Literal["random_features", "length_projection", "landmark_rng", "inducing_points",
@@ -82,10 +79,20 @@ class AttentionSpec:
     conv_skip: bool = False
     weight_dropout: bool = False
     test_budget: int | None = None
-    causal_only: bool = False
     carry: tuple[str, str] | None = None
     linear_in_value: bool = True
     cached_decode: bool = False
+
+    @property
+    def exact(self) -> bool:
+        """Whether the method is itself exact: it is its own ``target``."""
+        return self.target == self.name
+
+    @property
+    def causal_only(self) -> bool:
+        """Whether ``is_causal=False`` is refused (a recurrence such as RFA-Gate): ``fn``'s
+        ``is_causal`` defaults to True."""
+        return inspect.signature(self.fn).parameters["is_causal"].default is True
 
     @property
     def state_kind(self) -> StateKind | None:
@@ -175,116 +182,101 @@ ATTENTIONS: dict[str, AttentionSpec] = {
     spec.name: spec
     for spec in (
         AttentionSpec(
-            "softmax", softmax_attention, "Vaswani et al. 2017, eq. 1", "O(n²d)", True,
-            "softmax", exact=True, weight_dropout=True, cached_decode=True),
+            name="softmax", fn=softmax_attention, source="Vaswani et al. 2017, eq. 1",
+            cost="O(n²d)", supports_causal=True, target="softmax", weight_dropout=True,
+            cached_decode=True),
         AttentionSpec(
-            "nystrom", nystrom_attention, "Xiong et al. 2021, eq. 14-15", "O(nmd + m³)", False,
-            "softmax", recorded=("num_landmarks", "pinv_iterations"), budget="num_landmarks",
+            name="nystrom", fn=nystrom_attention, source="Xiong et al. 2021, eq. 14-15",
+            cost="O(nmd + m³)", supports_causal=False, target="softmax",
+            recorded=("num_landmarks", "pinv_iterations"), budget="num_landmarks",
             conv_skip=True, test_budget=8),
         AttentionSpec(
-            "spectral_shift", spectral_shift_attention,
-            "Verma 2021 (arXiv:2103.05638) with Wang et al. 2014's spectral shift",
-            "O(n(m + s)d + sm² + m³)", False, "softmax",
+            name="spectral_shift", fn=spectral_shift_attention,
+            source="Verma 2021 (arXiv:2103.05638) with Wang et al. 2014's spectral shift",
+            cost="O(n(m + s)d + sm² + m³)", supports_causal=False, target="softmax",
             recorded=("num_landmarks", "pinv_iterations", "shift", "num_delta_rows"),
-            budget="num_landmarks",
-            conv_skip=True, test_budget=8),
+            budget="num_landmarks", conv_skip=True, test_budget=8),
         AttentionSpec(
-            "skyformer", skyformer_attention, "Chen et al. 2021, §4.2 eq. 4-6", "O(nmd + m³)",
-            False, "kernelized", recorded=("num_landmarks", "ridge", "pinv_iterations"),
-            budget="num_landmarks", state="landmark_rng", test_budget=16),
+            name="skyformer", fn=skyformer_attention, source="Chen et al. 2021, §4.2 eq. 4-6",
+            cost="O(nmd + m³)", supports_causal=False, target="kernelized",
+            recorded=("num_landmarks", "ridge", "pinv_iterations"), budget="num_landmarks",
+            state="landmark_rng", test_budget=16),
         AttentionSpec(
-            "kernelized", kernelized_attention,
-            "exact Gaussian-kernel attention that Skyformer approximates (Chen et al. 2021, §4.1)", "O(n²d)", False,
-            "kernelized", exact=True),
+            name="kernelized", fn=kernelized_attention,
+            source="exact Gaussian-kernel attention that Skyformer approximates "
+                   "(Chen et al. 2021, §4.1)",
+            cost="O(n²d)", supports_causal=False, target="kernelized"),
         AttentionSpec(
-            "linear", linear_attention, "Katharopoulos et al. 2020, eq. 6-9", "O(nd²)", True,
-            "softmax", recorded=("feature_map",), cached_decode=True),
+            name="linear", fn=linear_attention, source="Katharopoulos et al. 2020, eq. 6-9",
+            cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
+            cached_decode=True),
         AttentionSpec(
-            "performer", performer_attention, "Choromanski et al. 2021 (FAVOR+), Lemma 1",
-            "O(nrd)", True, "softmax", recorded=("num_features",), budget="num_features",
-            state="random_features", test_budget=32, cached_decode=True),
+            name="performer", fn=performer_attention,
+            source="Choromanski et al. 2021 (FAVOR+), Lemma 1", cost="O(nrd)",
+            supports_causal=True, target="softmax", recorded=("num_features",),
+            budget="num_features", state="random_features", test_budget=32,
+            cached_decode=True),
         AttentionSpec(
-            "linformer", linformer_attention, "Wang et al. 2020, eq. 7", "O(nkd)", False,
-            "softmax", recorded=("proj_len",), budget="proj_len", state="length_projection",
-            test_budget=16),
+            name="linformer", fn=linformer_attention, source="Wang et al. 2020, eq. 7",
+            cost="O(nkd)", supports_causal=False, target="softmax", recorded=("proj_len",),
+            budget="proj_len", state="length_projection", test_budget=16),
         AttentionSpec(
-            "inducing_points", inducing_points_attention,
-            "Lee et al. 2019 (Set Transformer), §3.2 ISAB", "O(nmd)", False, "softmax",
-            recorded=("num_inducing_points",), budget="num_inducing_points",
-            state="inducing_points", test_budget=8, linear_in_value=False),
-        AttentionSpec(
-            "luna", luna_attention, "Ma et al. 2021 (Luna), §3 pack and unpack", "O(nld)",
-            False, "softmax", recorded=("packed_length",), budget="packed_length",
-            state="packed_sequence", test_budget=8, carry=("packed_query", "return_packed"),
+            name="inducing_points", fn=inducing_points_attention,
+            source="Lee et al. 2019 (Set Transformer), §3.2 ISAB", cost="O(nmd)",
+            supports_causal=False, target="softmax", recorded=("num_inducing_points",),
+            budget="num_inducing_points", state="inducing_points", test_budget=8,
             linear_in_value=False),
         AttentionSpec(
-            "gated_linear", gated_linear_attention,
-            "Peng et al. 2021 (RFA), §3.2 RFA-Gate; Katharopoulos et al. 2020 feature map",
-            "O(nd²)", True, "softmax", recorded=("feature_map",), state="gates",
-            causal_only=True),
-        # Survey I (issue 13). The clustered methods and ProbSparse take the sampling key of
-        # "landmark_rng": a random k-means start / key sample in training, the deterministic
-        # one in evaluation. Both clustered methods' budget is num_clusters (with the default
-        # 100 clusters every 48-token test would be exact whatever topk is).
+            name="luna", fn=luna_attention, source="Ma et al. 2021 (Luna), §3 pack and unpack",
+            cost="O(nld)", supports_causal=False, target="softmax",
+            recorded=("packed_length",), budget="packed_length", state="packed_sequence",
+            test_budget=8, carry=("packed_query", "return_packed"), linear_in_value=False),
         AttentionSpec(
-            "clustered", clustered_attention,
-            "Vyas, Katharopoulos & Fleuret 2020, §3.2 eq. 6-7 (k-means on the queries)",
-            "O(nCd)", False, "softmax", recorded=("num_clusters", "iterations"),
-            budget="num_clusters", state="landmark_rng", test_budget=8),
+            name="gated_linear", fn=gated_linear_attention,
+            source="Peng et al. 2021 (RFA), §3.2 RFA-Gate; Katharopoulos et al. 2020 feature "
+                   "map",
+            cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
+            state="gates"),
+        # The clustered methods and ProbSparse take the sampling key of "landmark_rng": a
+        # random k-means start / key sample in training, the deterministic one in
+        # evaluation. Both clustered methods' budget is num_clusters (with the default 100
+        # clusters every 48-token test would be exact whatever topk is).
         AttentionSpec(
-            "improved_clustered", improved_clustered_attention,
-            "Vyas, Katharopoulos & Fleuret 2020, §3.3 eq. 9-10 (top-k keys per cluster)",
-            "O(n(C + k)d)", False, "softmax", recorded=("num_clusters", "iterations", "topk"),
-            budget="num_clusters", state="landmark_rng", test_budget=8),
+            name="clustered", fn=clustered_attention,
+            source="Vyas, Katharopoulos & Fleuret 2020, §3.2 eq. 6-7 (k-means on the queries)",
+            cost="O(nCd)", supports_causal=False, target="softmax",
+            recorded=("num_clusters", "iterations"), budget="num_clusters",
+            state="landmark_rng", test_budget=8),
         AttentionSpec(
-            "probsparse", probsparse_attention,
-            "Zhou et al. 2021 (Informer), §3 eq. 3-4 (ProbSparse, c·ln n active queries)",
-            "O(n log n · d)", False, "softmax", recorded=("factor",), budget="factor",
-            state="landmark_rng", test_budget=2),
+            name="improved_clustered", fn=improved_clustered_attention,
+            source="Vyas, Katharopoulos & Fleuret 2020, §3.3 eq. 9-10 (top-k keys per "
+                   "cluster)",
+            cost="O(n(C + k)d)", supports_causal=False, target="softmax",
+            recorded=("num_clusters", "iterations", "topk"), budget="num_clusters",
+            state="landmark_rng", test_budget=8),
+        AttentionSpec(
+            name="probsparse", fn=probsparse_attention,
+            source="Zhou et al. 2021 (Informer), §3 eq. 3-4 (ProbSparse, c·ln n active "
+                   "queries)",
+            cost="O(n log n · d)", supports_causal=False, target="softmax",
+            recorded=("factor",), budget="factor", state="landmark_rng", test_budget=2),
         # The budget kernel_size is also the stride: a larger one compresses more (cheaper,
         # less accurate); 1 with identity weights is exact.
         AttentionSpec(
-            "memory_compressed", memory_compressed_attention,
-            "Liu et al. 2018, §4.2.3 (strided conv of K and V, kernel = stride = 3)",
-            "O(n²d/s)", True, "softmax", recorded=("kernel_size",), budget="kernel_size",
-            state="memory_conv", test_budget=3),
+            name="memory_compressed", fn=memory_compressed_attention,
+            source="Liu et al. 2018, §4.2.3 (strided conv of K and V, kernel = stride = 3)",
+            cost="O(n²d/s)", supports_causal=True, target="softmax",
+            recorded=("kernel_size",), budget="kernel_size", state="memory_conv",
+            test_budget=3),
         AttentionSpec(
-            "local", local_attention,
-            "band attention: Parmar et al. 2018 §3.2; LRA's Local Attention (Tay et al. 2021)",
-            "O(nwd)", True, "softmax", recorded=("window",), budget="window", test_budget=8,
-            cached_decode=True),
+            name="local", fn=local_attention,
+            source="band attention: Parmar et al. 2018 §3.2; LRA's Local Attention "
+                   "(Tay et al. 2021)",
+            cost="O(nwd)", supports_causal=True, target="softmax", recorded=("window",),
+            budget="window", test_budget=8, cached_decode=True),
     )
 }
-
-
-def functions_with(flag: str) -> str:
-    """The registered functions whose ``AttentionSpec`` field ``flag`` is true, comma-separated.
-
-    Example:
-      >>> functions_with("cached_decode").split(", ")[0]
-      'softmax_attention'
-    """
-    return ", ".join(spec.fn.__name__ for spec in ATTENTIONS.values() if getattr(spec, flag))
-
-
-def causal_methods_hint() -> str:
-    """One sentence naming every registered function with a causal form, for error messages.
-
-    Example:
-      >>> causal_methods_hint().startswith("Functions with a causal form: softmax_attention, ")
-      True
-    """
-    return f"Functions with a causal form: {functions_with('supports_causal')}."
-
-
-def cached_decode_hint() -> str:
-    """One sentence naming every registered function that decodes from a cache.
-
-    Example:
-      >>> cached_decode_hint().startswith("Functions that decode from a key/value cache: ")
-      True
-    """
-    return f"Functions that decode from a key/value cache: {functions_with('cached_decode')}."
+_hints.REGISTERED.update(ATTENTIONS)
 
 
 def available_attentions() -> tuple[str, ...]:

@@ -8,10 +8,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import _checks
 from spectral_jax.attention import _common
 from spectral_jax.attention._landmarks import evenly_spaced_positions, random_positions
 from spectral_jax.attention._nystrom import check_landmark_args
 from spectral_jax.attention._pinv import iterative_pinv
+from spectral_jax.attention._prologue import prologue, slice_keys
 
 Array = jax.Array
 
@@ -92,14 +94,12 @@ def kernelized_attention(
     """
     method = "kernelized_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
-    head = functools.partial(_kernelized_head, scale=scale)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
+    head = functools.partial(_kernelized_head, scale=p.scale)
     return _common.lift(
-        head, query, key, value, q_valid, k_valid,
-        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
+        head, query, key, value, p.query_valid, p.key_valid,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
     ).astype(query.dtype)
 
 
@@ -217,21 +217,15 @@ def skyformer_attention(
     method = "skyformer_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     check_landmark_args(method, num_landmarks, pinv_iterations, "per_matrix")
-    ridge = _common.check_nonnegative_float(method, "ridge", ridge)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    ridge = _checks.number(f"{method}()", "ridge", ridge, low=0.0, what="a finite float >= 0")
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
-        _skyformer_head, scale=scale, num_landmarks=num_landmarks, ridge=ridge,
+        _skyformer_head, scale=p.scale, num_landmarks=num_landmarks, ridge=ridge,
         pinv_iterations=pinv_iterations,
     )
-    args = ()
-    if rng is not None:
-        _common.check_single_key(method, "rng", rng)
-        args = (_common.fold_in_rng(rng, q_valid.shape[0], q_valid.shape[1]),)
     return _common.lift(
-        head, query, key, value, q_valid, k_valid,
-        _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths), *args,
-        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
+        head, query, key, value, p.query_valid, p.key_valid, p.landmark_valid,
+        *slice_keys(method, rng, p.query_valid),
+        method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
     ).astype(query.dtype)

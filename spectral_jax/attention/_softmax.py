@@ -7,8 +7,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError
-from spectral_jax.attention import _common
+from spectral_jax import UsageError, _checks
+from spectral_jax.attention import _common, _padding
 
 Array = jax.Array
 
@@ -35,7 +35,8 @@ def _dropout_rate(method: str, flax_kwargs: dict[str, Any]) -> Any:
                 f"{method}(): `dropout_rate` must be a float scalar; got a traced array of "
                 f"shape {jnp.shape(rate)} and dtype {rate.dtype}.")
     else:
-        rate = float(_common.check_nonnegative_float(method, "dropout_rate", rate))
+        rate = _checks.number(f"{method}()", "dropout_rate", rate, low=0.0,
+                              what="a finite float >= 0")
         if rate >= 1.0:
             raise UsageError(f"{method}(): `dropout_rate` must be in [0, 1); got {rate!r}.")
         if rate == 0.0:
@@ -128,19 +129,19 @@ def softmax_attention(
     _common.check_flax_kwargs(method, flax_kwargs, dropout_ok=True)
     dropout = _dropout_rate(method, flax_kwargs) is not None
     _common.check_qkv(method, query, key, value)
-    _common.check_bool(method, "is_causal", is_causal)
+    _checks.boolean(f"{method}()", "is_causal", is_causal)
     scale = _common.default_scale(method, scale, query.shape[-1])
     q_len, kv_len = query.shape[-3], key.shape[-3]
     batch_shape = query.shape[:-3]
     full = (*batch_shape, query.shape[-2], q_len, kv_len)
     if mask is not None:
-        mask = _common.as_bool_mask(method, mask)
-        _common.check_mask_shape(method, mask, full)
+        mask = _padding.as_bool_mask(method, mask)
+        _padding.check_mask_shape(method, mask, full)
     if bias is not None:
-        _common.check_mask_shape(method, jnp.asarray(bias), full, name="bias")
-    q_prefix = _common.seq_lengths_valid(method, "query_seq_lengths", query_seq_lengths,
+        _padding.check_mask_shape(method, jnp.asarray(bias), full, name="bias")
+    q_prefix = _padding.seq_lengths_valid(method, "query_seq_lengths", query_seq_lengths,
                                          batch_shape, q_len)
-    k_prefix = _common.seq_lengths_valid(method, "key_value_seq_lengths",
+    k_prefix = _padding.seq_lengths_valid(method, "key_value_seq_lengths",
                                          key_value_seq_lengths, batch_shape, kv_len)
     # Folded into the mask as (batch..., 1, q_len, 1) and (batch..., 1, 1, kv_len).
     for prefix in (None if q_prefix is None else q_prefix[..., None, :, None],
@@ -218,8 +219,8 @@ def reference_attention(
     if mask is None:
         valid = jnp.ones(logits.shape, bool)
     else:
-        mask = _common.as_bool_mask(method, mask)
-        _common.check_mask_shape(method, mask, logits.shape)
+        mask = _padding.as_bool_mask(method, mask)
+        _padding.check_mask_shape(method, mask, logits.shape)
         valid = jnp.broadcast_to(mask, logits.shape)
     if is_causal:
         valid = _causal_and(valid, query.shape[-3], key.shape[-3])

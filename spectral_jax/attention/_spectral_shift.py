@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError
+from spectral_jax import UsageError, _checks
 from spectral_jax.attention import _common, _softmax
 from spectral_jax.attention._landmarks import (
     _position_of_rank as rank_positions,
@@ -25,6 +25,7 @@ from spectral_jax.attention._nystrom import (
     landmark_values,
 )
 from spectral_jax.attention._pinv import iterative_pinv
+from spectral_jax.attention._prologue import Prologue, prologue
 
 Array = jax.Array
 
@@ -178,14 +179,29 @@ def _shift_head(
 def _check_shift_args(
     method: str, query: Array, key: Array, shift: Any, num_delta_rows: Any
 ) -> None:
-    _common.check_choice(method, "shift", shift, SHIFTS)
-    _common.check_positive_int(method, "num_delta_rows", num_delta_rows, allow_none=True)
+    _checks.choice(f"{method}()", "shift", shift, SHIFTS)
+    _checks.positive_int(f"{method}()", "num_delta_rows", num_delta_rows, allow_none=True)
     if query.shape[-3] != key.shape[-3]:
         raise UsageError(
             f"{method}(): spectral shifting adds δ·I, so it needs self-attention shapes with "
             f"q_len == kv_len; got q_len={query.shape[-3]}, kv_len={key.shape[-3]}. Use "
             "nystrom_attention for cross-attention."
         )
+
+
+def _shift_core(
+    p: Prologue, query: Array, key: Array, num_landmarks: int, pinv_iterations: int,
+    pinv_init: str, shift: str, num_delta_rows: int | None, *, return_delta: bool,
+) -> Any:
+    """:func:`_shift_head` bound to one call's parameters and global pinv normaliser."""
+    return functools.partial(
+        _shift_head, scale=p.scale, num_landmarks=num_landmarks,
+        pinv_iterations=pinv_iterations, pinv_init=pinv_init, shift=shift,
+        num_delta_rows=num_delta_rows, return_delta=return_delta,
+        pinv_scale=global_pinv_norm(
+            query, key, p.landmark_valid, p.key_valid, scale=p.scale,
+            num_landmarks=num_landmarks, pinv_init=pinv_init, pinv_iterations=pinv_iterations),
+    )
 
 
 def spectral_shift_attention(
@@ -292,29 +308,19 @@ def spectral_shift_attention(
     """
     method = "spectral_shift_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
-    check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
-    # Checked here too, as the num_landmarks >= length path below never reaches lift().
-    _common.check_positive_int(method, "head_chunk_size", head_chunk_size, allow_none=True)
+    check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init, head_chunk_size)
     _check_shift_args(method, query, key, shift, num_delta_rows)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
     if num_landmarks >= query.shape[-3]:
         return _softmax.softmax_attention(
-            query, key, value, mask=mask, scale=scale, query_seq_lengths=query_seq_lengths,
+            query, key, value, mask=mask, scale=p.scale, query_seq_lengths=query_seq_lengths,
             key_value_seq_lengths=key_value_seq_lengths)
-    q_landmark_valid = _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths)
-    head = functools.partial(
-        _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
-        pinv_init=pinv_init, shift=shift, num_delta_rows=num_delta_rows, return_delta=False,
-        pinv_scale=global_pinv_norm(
-            query, key, q_landmark_valid, k_valid, scale=scale, num_landmarks=num_landmarks,
-            pinv_init=pinv_init, pinv_iterations=pinv_iterations),
-    )
+    head = _shift_core(p, query, key, num_landmarks, pinv_iterations, pinv_init, shift,
+                       num_delta_rows, return_delta=False)
     return _common.lift(
-        head, query, key, value, q_valid, k_valid, q_landmark_valid,
-        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
+        head, query, key, value, p.query_valid, p.key_valid, p.landmark_valid,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
     ).astype(query.dtype)
 
 
@@ -356,25 +362,17 @@ def spectral_shift_delta(
     _common.check_qkv(method, query, key, key)
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init)
     _check_shift_args(method, query, key, shift, num_delta_rows)
-    scale = _common.default_scale(method, scale, query.shape[-1])
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
     ct = _common.compute_dtype(query.dtype)
     if num_landmarks >= query.shape[-3]:
         return jnp.zeros(query.shape[:-3] + query.shape[-2:-1], ct)
-    q_landmark_valid = _common.landmark_query_valid(q_valid, k_valid, mask, query_seq_lengths)
-    head = functools.partial(
-        _shift_head, scale=scale, num_landmarks=num_landmarks, pinv_iterations=pinv_iterations,
-        pinv_init=pinv_init, shift=shift, num_delta_rows=num_delta_rows, return_delta=True,
-        pinv_scale=global_pinv_norm(
-            query, key, q_landmark_valid, k_valid, scale=scale, num_landmarks=num_landmarks,
-            pinv_init=pinv_init, pinv_iterations=pinv_iterations),
-    )
-    b = q_valid.shape[0]
+    head = _shift_core(p, query, key, num_landmarks, pinv_iterations, pinv_init, shift,
+                       num_delta_rows, return_delta=True)
+    b = p.query_valid.shape[0]
     flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
     fn = jax.vmap(jax.vmap(head, in_axes=(1, 1, 1, 0, 0, 0)))
-    delta = fn(flat(query), flat(key), flat(key), q_valid, k_valid, q_landmark_valid)
-    if mask_ok is not None:  # a traced mask that is not a padding mask: NaN, never silent
-        delta = jnp.where(mask_ok[:, None], delta, jnp.nan)
+    delta = fn(flat(query), flat(key), flat(key), p.query_valid, p.key_valid, p.landmark_valid)
+    if p.mask_ok is not None:  # a traced mask that is not a padding mask: NaN, never silent
+        delta = jnp.where(p.mask_ok[:, None], delta, jnp.nan)
     return delta.reshape(query.shape[:-3] + query.shape[-2:-1])

@@ -8,11 +8,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError
+from spectral_jax import UsageError, _checks
 from spectral_jax.attention import _common
 from spectral_jax.attention._landmarks import segment_means
 from spectral_jax.attention._nystrom import check_landmark_args
 from spectral_jax.attention._pinv import iterative_pinv
+from spectral_jax.attention._prologue import prologue
 from spectral_jax.attention._skyformer import gaussian_kernel
 
 Array = jax.Array
@@ -45,8 +46,8 @@ def _symmetric_head(
         # Dᵢ = exp(s‖xᵢ‖²/2). Nyström of D G D with landmarks X̃ is D·(Nyström of G)·D (D_X̃
         # cancels), so the factors below are G's: unit diagonal, entries in (0, 1], well
         # conditioned. Row normalisation cancels Dᵢ; Dⱼ/max D (half the exponent range of
-        # exp(s·x·y − s·max‖x‖²)) scales the values. Forming K itself underflowed in float32
-        # for tokens of different norms, and its W⁺ lost the small tokens' directions.
+        # exp(s·x·y − s·max‖x‖²)) scales the values. K itself underflows in float32 for
+        # tokens of different norms, and its W⁺ loses the small tokens' directions.
         top = jnp.max(jnp.where(valid, sq, -jnp.inf))
         top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
         dsc = jnp.where(valid, jnp.exp(0.5 * scale * (sq - top)), 0.0)
@@ -214,23 +215,21 @@ def symmetric_spectral_shift_attention(
         )
     _common.reject_bias(method, bias)
     _common.reject_causal(method, is_causal)
-    _common.check_choice(method, "kernel", kernel, KERNELS)
-    _common.reject_traced(method, "normalize", normalize)
-    _common.check_choice(method, "shift", shift, SHIFTS)
+    _checks.choice(f"{method}()", "kernel", kernel, KERNELS)
+    _checks.reject_traced(f"{method}()", "normalize", normalize)
+    _checks.choice(f"{method}()", "shift", shift, SHIFTS)
     check_landmark_args(method, num_landmarks, pinv_iterations, "per_matrix")
-    scale = _common.default_scale(method, scale, query.shape[-1])
     if normalize is None:
         normalize = kernel == "softmax"
-    q_valid, k_valid, mask_ok = _common.padding_from_mask(
-        method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+    p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
+                 key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
-        _symmetric_head, scale=scale, kernel=kernel, num_landmarks=num_landmarks,
+        _symmetric_head, scale=p.scale, kernel=kernel, num_landmarks=num_landmarks,
         pinv_iterations=pinv_iterations, normalize=bool(normalize), shift=shift,
     )
     # The per-head core takes one point set; lift() passes (q, k, v, q_valid, k_valid).
     core = lambda q, k, v, qv, kv: head(q, v, qv & kv)  # noqa: E731
     return _common.lift(
-        core, query, key, value, q_valid, k_valid,
-        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
+        core, query, key, value, p.query_valid, p.key_valid,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
     ).astype(query.dtype)

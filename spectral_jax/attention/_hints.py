@@ -1,0 +1,43 @@
+"""Sentences naming registered methods, for the error messages of the method files.
+
+The method files sit below the registry (it imports them), so they cannot import it. The
+registry fills :data:`REGISTERED` once it has built its table; the hints read it when an
+error is raised, by which time ``spectral_jax.attention`` has finished importing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# name -> AttentionSpec, filled by spectral_jax.attention._registry at import.
+REGISTERED: dict[str, Any] = {}
+
+
+def functions_with(flag: str) -> str:
+    """The registered functions whose ``AttentionSpec`` field ``flag`` is true, comma-separated.
+
+    Example:
+      >>> functions_with("cached_decode").split(", ")[0]
+      'softmax_attention'
+    """
+    return ", ".join(spec.fn.__name__ for spec in REGISTERED.values() if getattr(spec, flag))
+
+
+def causal_methods_hint() -> str:
+    """One sentence naming every registered function with a causal form, for error messages.
+
+    Example:
+      >>> causal_methods_hint().startswith("Functions with a causal form: softmax_attention, ")
+      True
+    """
+    return f"Functions with a causal form: {functions_with('supports_causal')}."
+
+
+def cached_decode_hint() -> str:
+    """One sentence naming every registered function that decodes from a cache.
+
+    Example:
+      >>> cached_decode_hint().startswith("Functions that decode from a key/value cache: ")
+      True
+    """
+    return f"Functions that decode from a key/value cache: {functions_with('cached_decode')}."
