@@ -1,4 +1,5 @@
-"""Clustered, improved clustered, ProbSparse, memory-compressed and local attention.
+"""Softmax over a subset or summary of the positions: clustered, improved clustered,
+ProbSparse, memory-compressed and local attention.
 
 Each against float64 NumPy: exact softmax at the limits where the method must be exact, and
 its own formula away from them; error falling with the budget; padding-length independence,
@@ -17,15 +18,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpy_reference as ref
-import numpy_reference_survey as survey_ref
+import numpy_reference_sparse as sparse_ref
 import pytest
 
-from spectral_jax.attention._clustered import (
-    clustered_attention, improved_clustered_attention, kmeans_queries,
+from spectral_jax.attention import (
+    clustered_attention,
+    improved_clustered_attention,
+    local_attention,
+    memory_compressed_attention,
+    probsparse_attention,
 )
-from spectral_jax.attention._local import local_attention
-from spectral_jax.attention._memory_compressed import memory_compressed_attention
-from spectral_jax.attention._probsparse import probsparse_attention
+from spectral_jax.attention._clustered import kmeans_queries
 
 B, N, H, D = 2, 24, 2, 8
 SCALE = 1 / math.sqrt(D)
@@ -133,20 +136,20 @@ CONV_V = np.asarray(jax.random.normal(jax.random.key(6), (3, D, D))) / np.sqrt(3
 P = functools.partial
 FORMULAS = [
     ("clustered", {"num_clusters": 3, "iterations": 4},
-     P(survey_ref.clustered, clusters=3, iterations=4, scale=SCALE)),
+     P(sparse_ref.clustered, clusters=3, iterations=4, scale=SCALE)),
     ("improved_clustered", {"num_clusters": 3, "iterations": 4, "topk": 5},
-     P(survey_ref.clustered, clusters=3, iterations=4, topk=5, scale=SCALE)),
-    ("probsparse", {"factor": 2}, P(survey_ref.probsparse, factor=2, scale=SCALE)),
+     P(sparse_ref.clustered, clusters=3, iterations=4, topk=5, scale=SCALE)),
+    ("probsparse", {"factor": 2}, P(sparse_ref.probsparse, factor=2, scale=SCALE)),
     ("memory_compressed", {"key_conv": CONV_K, "value_conv": CONV_V},
-     P(survey_ref.memory_compressed, wk=CONV_K, wv=CONV_V, stride=3, causal=False,
+     P(sparse_ref.memory_compressed, wk=CONV_K, wv=CONV_V, stride=3, causal=False,
        scale=SCALE)),
     ("memory_compressed", {"key_conv": CONV_K, "value_conv": CONV_V, "stride": 2,
                            "is_causal": True},
-     P(survey_ref.memory_compressed, wk=CONV_K, wv=CONV_V, stride=2, causal=True,
+     P(sparse_ref.memory_compressed, wk=CONV_K, wv=CONV_V, stride=2, causal=True,
        scale=SCALE)),
-    ("local", {"window": 2}, P(survey_ref.band, window=2, causal=False, scale=SCALE)),
+    ("local", {"window": 2}, P(sparse_ref.band, window=2, causal=False, scale=SCALE)),
     ("local", {"window": 5, "is_causal": True},
-     P(survey_ref.band, window=5, causal=True, scale=SCALE)),
+     P(sparse_ref.band, window=5, causal=True, scale=SCALE)),
 ]
 
 
@@ -162,7 +165,7 @@ def test_kmeans_assignment_matches_float64():
     q = np.asarray(jax.random.normal(jax.random.key(3), (N, D)))
     kmeans = jax.jit(kmeans_queries, static_argnums=(2, 3))
     cent, a = kmeans(jnp.asarray(q), jnp.ones(N, bool), 4, 6)
-    cent64, a64 = survey_ref.kmeans(q.astype(np.float64), 4, 6)
+    cent64, a64 = sparse_ref.kmeans(q.astype(np.float64), 4, 6)
     np.testing.assert_array_equal(np.asarray(a), a64)
     chex.assert_trees_all_close(np.asarray(cent, np.float64), cent64, atol=1e-6)
 
