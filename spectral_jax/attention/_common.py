@@ -84,7 +84,8 @@ def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:
                 f"with at least 3 dims; got shape {getattr(x, 'shape', type(x))}."
             )
         if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise UsageTypeError(f"{method}(): `{name}` must be a floating array; got dtype {x.dtype}.")
+            raise UsageTypeError(
+                f"{method}(): `{name}` must be a floating array; got dtype {x.dtype}.")
     if query.ndim != key.ndim or key.ndim != value.ndim:
         raise UsageError(
             f"{method}(): query, key and value must have the same rank; got shapes "
@@ -216,8 +217,8 @@ def lift(
 
     ``query`` is ``(batch..., n, H, d)``; ``query_valid``/``key_valid`` are ``(B, H, len)`` with
     batch flattened. Each of ``per_head_args`` has leading dims ``(B, H)``. With
-    ``head_chunk_size`` resolved by :func:`resolve_head_chunk_size` to ``B * H``, the per-head function
-    is vmapped with axis names ``"batch"`` and ``"heads"``; otherwise ``jax.lax.map`` runs
+    ``head_chunk_size`` resolved by :func:`resolve_head_chunk_size` to ``B * H``, the per-head
+    function is vmapped with axis names ``"batch"`` and ``"heads"``; otherwise ``jax.lax.map`` runs
     ``head_chunk_size`` slices per step, each under ``jax.checkpoint``, so the backward pass
     keeps no per-slice residuals and memory stays at one chunk's kernels. ``mask_ok`` (bool
     ``(B,)``, from :func:`padding_from_mask`) makes the outputs of failing examples NaN.

@@ -112,7 +112,8 @@ def _check_gates(method: str, gates: Any, key: Array) -> Array:
             f"(batch and heads may be 1); got {getattr(gates, 'shape', type(gates))}."
         )
     if not jnp.issubdtype(gates.dtype, jnp.floating):
-        raise UsageTypeError(f"{method}(): `gates` must be a floating array; got dtype {gates.dtype}.")
+        raise UsageTypeError(
+            f"{method}(): `gates` must be a floating array; got dtype {gates.dtype}.")
     if not isinstance(gates, jax.core.Tracer):
         values = np.asarray(gates, np.float64)
         if values.size and not ((values >= 0) & (values <= 1)).all():

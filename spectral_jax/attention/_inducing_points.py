@@ -150,8 +150,8 @@ def inducing_points_attention(
       ``(batch..., q_len, heads, head_dim)`` in ``query``'s dtype.
 
     Raises:
-      spectral_jax.UsageError: bad shapes (including ``inducing_points`` and a value width other than the
-        query's), ``bias`` given, a mask that is not a padding mask.
+      spectral_jax.UsageError: bad shapes (including ``inducing_points`` and a value width
+        other than the query's), ``bias`` given, a mask that is not a padding mask.
       spectral_jax.UnsupportedError: ``is_causal=True``.
       spectral_jax.UsageTypeError: non-float inputs, non-bool mask, unknown keywords.
 

@@ -1,4 +1,5 @@
-"""Linear attention with positive feature maps (Katharopoulos et al. 2020), bidirectional and causal."""
+"""Linear attention with positive feature maps (Katharopoulos et al. 2020), both directions
+and causal."""
 
 from __future__ import annotations
 
@@ -149,8 +150,8 @@ def linear_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype (float32 sums inside).
 
     Raises:
-      spectral_jax.UsageError: bad shapes, ``bias``, ``scale`` given, unknown ``feature_map``, non-positive
-        ``chunk_size``, causal with q_len > kv_len, non-padding mask.
+      spectral_jax.UsageError: bad shapes, ``bias``, ``scale`` given, unknown ``feature_map``,
+        non-positive ``chunk_size``, causal with q_len > kv_len, non-padding mask.
 
     References:
       Katharopoulos et al. 2020, "Transformers are RNNs", ICML, eq. (6)-(9); code

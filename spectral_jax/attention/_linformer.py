@@ -78,8 +78,8 @@ def linformer_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      spectral_jax.UsageError: bad shapes, ``bias``, missing or mis-shaped projections, or kv_len longer
-        than the projections' max_length.
+      spectral_jax.UsageError: bad shapes, ``bias``, missing or mis-shaped projections, or
+        kv_len longer than the projections' max_length.
       spectral_jax.UnsupportedError: ``is_causal=True``.
 
     References:
@@ -100,7 +100,8 @@ def linformer_attention(
     if value_projection is None:
         value_projection = key_projection
     for name, p in (("key_projection", key_projection), ("value_projection", value_projection)):
-        if p is None or getattr(p, "ndim", 0) not in (2, 3) or (p.ndim == 3 and p.shape[0] != heads):
+        if p is None or getattr(p, "ndim", 0) not in (2, 3) or (
+                p.ndim == 3 and p.shape[0] != heads):
             raise UsageError(
                 f"{method}(): `{name}` must be (proj_len, max_length) or (heads={heads}, "
                 f"proj_len, max_length); got {getattr(p, 'shape', p)!r}."

@@ -145,10 +145,11 @@ def luna_attention(
       ``(Y, P')`` with P' ``(batch..., l, heads, head_dim)`` in ``query``'s dtype.
 
     Raises:
-      spectral_jax.UsageError: bad shapes (including ``packed_query`` and a value width other than the
-        query's), ``bias`` given, a mask that is not a padding mask.
+      spectral_jax.UsageError: bad shapes (including ``packed_query`` and a value width other
+        than the query's), ``bias`` given, a mask that is not a padding mask.
       spectral_jax.UnsupportedError: ``is_causal=True``.
-      spectral_jax.UsageTypeError: non-float inputs, non-bool mask or ``return_packed``, unknown keywords.
+      spectral_jax.UsageTypeError: non-float inputs, non-bool mask or ``return_packed``,
+        unknown keywords.
 
     References:
       Ma et al. 2021, "Luna: Linear Unified Nested Attention", NeurIPS, §3 (pack and unpack

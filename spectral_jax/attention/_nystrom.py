@@ -1,4 +1,5 @@
-"""Nyströmformer: softmax attention through segment-means landmarks and an iterative pseudo-inverse."""
+"""Nyströmformer: softmax attention through segment-means landmarks and an iterative
+pseudo-inverse."""
 
 from __future__ import annotations
 

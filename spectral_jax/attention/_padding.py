@@ -123,14 +123,15 @@ def seq_lengths_valid(
 
     Raises:
       spectral_jax.UsageTypeError: non-integer lengths.
-      spectral_jax.UsageError: a shape other than the batch shape, or (when concrete) a value outside
-        ``[0, length]``.
+      spectral_jax.UsageError: a shape other than the batch shape, or (when concrete) a value
+        outside ``[0, length]``.
     """
     if lengths is None:
         return None
     lengths = jnp.asarray(lengths)
     if not jnp.issubdtype(lengths.dtype, jnp.integer):
-        raise UsageTypeError(f"{method}(): `{name}` must be an integer array; got dtype {lengths.dtype}.")
+        raise UsageTypeError(
+            f"{method}(): `{name}` must be an integer array; got dtype {lengths.dtype}.")
     if lengths.shape != batch_shape:
         raise UsageError(
             f"{method}(): `{name}` must have the batch shape {batch_shape} (one length per "

@@ -207,7 +207,8 @@ def performer_attention(
     if projection is None or getattr(projection, "ndim", 0) != 2:
         raise UsageError(
             f"{method}(): `projection` must be a (num_features, head_dim) array, e.g. from "
-            f"orthogonal_random_features(rng, 256, head_dim); got {getattr(projection, 'shape', projection)!r}."
+            "orthogonal_random_features(rng, 256, head_dim); got "
+            f"{getattr(projection, 'shape', projection)!r}."
         )
     if projection.shape[-1] != query.shape[-1]:
         raise UsageError(

@@ -1,4 +1,5 @@
-"""The iterative Moore-Penrose pseudo-inverse used by Nyströmformer, spectral shifting, Skyformer."""
+"""The iterative Moore-Penrose pseudo-inverse of Nyströmformer, spectral shifting and
+Skyformer."""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def iterative_pinv(
     if (isinstance(num_iterations, bool) or not isinstance(num_iterations, (int, np.integer))
             or num_iterations < 0):
         raise UsageError(
-            f"{method}(): `num_iterations` must be a non-negative int or None; got {num_iterations!r}."
+            f"{method}(): `num_iterations` must be a non-negative int or None; got "
+            f"{num_iterations!r}."
         )
     if norm is None:
         norm = pinv_norm(matrix, init)

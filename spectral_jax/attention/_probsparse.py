@@ -142,8 +142,8 @@ def probsparse_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      spectral_jax.UsageError: bad shapes, ``bias`` given, ``factor`` not a positive int, or a mask that
-        is not a padding mask.
+      spectral_jax.UsageError: bad shapes, ``bias`` given, ``factor`` not a positive int, or a
+        mask that is not a padding mask.
       spectral_jax.UsageTypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
       spectral_jax.UnsupportedError: ``is_causal=True``.
 

@@ -111,8 +111,8 @@ def softmax_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype. Softmax runs in float32.
 
     Raises:
-      spectral_jax.UsageError: mismatched shapes, a non-positive scale, a mask that does not broadcast,
-        or dropout without ``dropout_rng`` or with a rate outside [0, 1).
+      spectral_jax.UsageError: mismatched shapes, a non-positive scale, a mask that does not
+        broadcast, or dropout without ``dropout_rng`` or with a rate outside [0, 1).
       spectral_jax.UsageTypeError: non-float inputs, a non-boolean mask or an unknown keyword.
 
     References:

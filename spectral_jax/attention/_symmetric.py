@@ -181,8 +181,8 @@ def symmetric_spectral_shift_attention(
       ``(batch..., n, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      spectral_jax.UsageError: ``key`` that is not ``query`` (checked by identity, or by value when both
-        are concrete), bad shapes, ``bias``, unknown ``kernel`` or ``shift``, bad
+      spectral_jax.UsageError: ``key`` that is not ``query`` (checked by identity, or by value
+        when both are concrete), bad shapes, ``bias``, unknown ``kernel`` or ``shift``, bad
         ``num_landmarks``.
       spectral_jax.UnsupportedError: ``is_causal=True``.
 
