@@ -1,4 +1,5 @@
-"""spectral_jax.nn.MultiHeadAttention: method state, options and configuration errors."""
+"""spectral_jax.nn.MultiHeadAttention: the softmax layer against numpy, causality, weight dropout,
+when ``deterministic`` is needed, and configuration errors."""
 
 from __future__ import annotations
 
@@ -6,17 +7,11 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 
 from spectral_jax import attention
-from spectral_jax.nn import (
-    LengthProjectionState,
-    MultiHeadAttention,
-    RandomFeatures,
-    redraw_features,
-)
+from spectral_jax.nn import MultiHeadAttention
 
 B, L, E, H = 2, 8, 8, 2
 D = E // H
@@ -66,23 +61,6 @@ def test_softmax_layer_matches_handwritten_multihead_attention():
     np.testing.assert_allclose(np.asarray(out)[0], expected[0], rtol=1e-4, atol=1e-5)
 
 
-def test_symmetric_shares_query_and_key_projection():
-    sym = MultiHeadAttention(
-        H, E, attention="softmax", attention_kwargs={"symmetric": True}, rngs=nnx.Rngs(0)
-    )
-    assert sym.key is None
-    full = MultiHeadAttention(H, E, attention="softmax", rngs=nnx.Rngs(1))
-    n_sym = sum(x.size for x in jax.tree.leaves(nnx.state(sym, nnx.Param)))
-    n_full = sum(x.size for x in jax.tree.leaves(nnx.state(full, nnx.Param)))
-    assert n_full - n_sym == E * E + E  # one (E, H, D) kernel and its bias fewer
-    x, mask = _inputs(), _padding_mask((8, 8))
-    # Handwritten reference with K = X W_Q + b_Q.
-    np.testing.assert_allclose(
-        np.asarray(_call(sym, x, mask=mask, deterministic=True)),
-        _expected_softmax(sym, x, mask),
-        rtol=1e-4,
-        atol=1e-5,
-    )
 
 
 def test_causal_softmax_ignores_future_inputs():
@@ -95,153 +73,18 @@ def test_causal_softmax_ignores_future_inputs():
     assert float(jnp.abs(a[:, 5:] - b[:, 5:]).max()) > 1e-3
 
 
-def test_conv_skip_matches_numpy_depthwise_convolution():
-    layer = MultiHeadAttention(
-        H, E, attention="nystrom",
-        attention_kwargs={"num_landmarks": 4, "conv_kernel_size": 3}, rngs=nnx.Rngs(0),
-    )
-    chex.assert_shape(layer.conv_skip.kernel[...], (3, 1, H))
-    value = np.asarray(jax.random.normal(jax.random.key(1), (B, L, H, D)))
-    valid = np.arange(L)[None, :] < np.array([[8], [6]])
-    mask = jnp.asarray(valid[:, None, :, None] & valid[:, None, None, :])
-    got = layer.conv_skip(jnp.asarray(value), mask, L)
-    kernel = np.asarray(layer.conv_skip.kernel[...])[:, 0, :]  # (3, H)
-    masked = value * valid[:, :, None, None]
-    padded = np.pad(masked, ((0, 0), (1, 1), (0, 0), (0, 0)))
-    # Cross-correlation (as lax.conv): y[t] = sum_j w[j] x[t + j - 1].
-    expected = sum(kernel[j][None, None, :, None] * padded[:, j : j + L] for j in range(3))
-    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_conv_skip_changes_output_and_must_be_odd():
-    kwargs = {"num_landmarks": 4}
-    plain = MultiHeadAttention(H, E, attention="nystrom", attention_kwargs=kwargs,
-                               rngs=nnx.Rngs(0))
-    conv = MultiHeadAttention(H, E, attention="nystrom",
-                              attention_kwargs={**kwargs, "conv_kernel_size": 3},
-                              rngs=nnx.Rngs(0))
-    off = MultiHeadAttention(H, E, attention="nystrom",
-                             attention_kwargs={**kwargs, "conv_kernel_size": None},
-                             rngs=nnx.Rngs(0))
-    assert off.conv_skip is None
-    x = _inputs()
-    chex.assert_trees_all_equal(_call(off, x), _call(plain, x))
-    nnx.update(conv, nnx.state(plain))  # same projections, conv kernel kept
-    diff = _call(conv, x) - _call(plain, x)
-    expected = conv.out(conv.conv_skip(conv.value(x), None, L)) - conv.out.bias[...]
-    np.testing.assert_allclose(np.asarray(diff), np.asarray(expected), rtol=1e-4, atol=1e-5)
-    with pytest.raises(ValueError, match="conv_kernel_size.*odd.*4"):
-        MultiHeadAttention(H, E, attention="nystrom", attention_kwargs={"conv_kernel_size": 4},
-                           rngs=nnx.Rngs(0))
 
 
-def test_performer_projection_is_random_features_not_param_and_redraws_explicitly():
-    layer = MultiHeadAttention(
-        H, E, attention="performer", attention_kwargs={"num_features": 16}, rngs=nnx.Rngs(0)
-    )
-    assert isinstance(layer.state.projection, RandomFeatures)
-    assert not isinstance(layer.state.projection, nnx.Param)
-    chex.assert_shape(layer.state.projection[...], (16, D))
-    assert layer.state.projection[...].dtype == jnp.float32
-    params = nnx.state(layer, nnx.Param)
-    assert all("projection" not in path for path, _ in nnx.to_flat_state(params))
-    # The optimizer's gradient tree has no entry for the projection.
-    opt = nnx.Optimizer(layer, optax.sgd(0.1), wrt=nnx.Param)
-
-    @nnx.jit
-    def step(model, opt):
-        grads = nnx.grad(lambda m: jnp.sum(m(_inputs(), deterministic=True) ** 2))(model)
-        opt.update(model, grads)
-
-    before = layer.state.projection[...]
-    step(layer, opt)
-    chex.assert_trees_all_equal(layer.state.projection[...], before)
-
-    x = _inputs()
-    first = _call(layer, x, deterministic=False)
-    chex.assert_trees_all_equal(_call(layer, x, deterministic=False), first)  # never implicit
-    layer.redraw(jax.random.key(7))
-    expected = attention.orthogonal_random_features(jax.random.key(7), 16, D)
-    chex.assert_trees_all_equal(layer.state.projection[...], expected)
-    assert float(jnp.abs(_call(layer, x, deterministic=True) - first).max()) > 0
 
 
-def test_redraw_features_counts_and_skips_other_methods():
-    class Two(nnx.Module):
-        def __init__(self, rngs: nnx.Rngs) -> None:
-            kw = {"num_features": 8}
-            self.a = MultiHeadAttention(H, E, attention="performer", attention_kwargs=kw,
-                                        rngs=rngs)
-            self.b = MultiHeadAttention(H, E, attention="performer", attention_kwargs=kw,
-                                        rngs=rngs)
-            self.c = MultiHeadAttention(H, E, attention="softmax", rngs=rngs)
-
-    model = Two(nnx.Rngs(0))
-    assert redraw_features(model, jax.random.key(3)) == 2
-    chex.assert_trees_all_equal(
-        model.a.state.projection[...],
-        attention.orthogonal_random_features(jax.random.fold_in(jax.random.key(3), 0), 8, D),
-    )
-    assert float(jnp.abs(model.a.state.projection[...] - model.b.state.projection[...]).max()) > 0
-    assert redraw_features(model.c, jax.random.key(3)) == 0
-    with pytest.raises(ValueError, match="performer.*'softmax'"):
-        model.c.redraw(jax.random.key(0))
 
 
-def test_skyformer_eval_is_bitwise_deterministic_and_training_samples():
-    layer = MultiHeadAttention(
-        H, E, attention="skyformer", attention_kwargs={"num_landmarks": 4}, rngs=nnx.Rngs(0)
-    )
-    x, mask = _inputs(), _padding_mask((8, 6))
-    a = _call(layer, x, mask=mask, deterministic=True)
-    b = _call(layer, x, mask=mask, deterministic=True)
-    chex.assert_trees_all_equal(a, b)
-    t1 = _call(layer, x, mask=mask, deterministic=False)
-    t2 = _call(layer, x, mask=mask, deterministic=False)
-    assert float(jnp.abs(t1 - t2).max()) > 0  # the landmark stream advances
-    chex.assert_trees_all_equal(_call(layer, x, mask=mask, deterministic=True), a)
 
 
-@pytest.mark.parametrize(
-    "sharing, names",
-    [("none", {"key_projection", "value_projection"}), ("key_value", {"key_projection"}),
-     ("layerwise", set())],
-)
-def test_linformer_sharing_modes_own_the_right_projections(sharing, names):
-    kw = {"proj_len": 4, "max_length": L, "sharing": sharing}
-    shared = None
-    if sharing == "layerwise":
-        with pytest.raises(ValueError, match="shared_state"):
-            MultiHeadAttention(H, E, attention="linformer", attention_kwargs=kw,
-                               rngs=nnx.Rngs(0))
-        shared = LengthProjectionState.shared(kw, rngs=nnx.Rngs(1))
-    layer = MultiHeadAttention(H, E, attention="linformer", attention_kwargs=kw,
-                               shared_state=shared, rngs=nnx.Rngs(0))
-    owned = {path[-1] for path, _ in nnx.to_flat_state(nnx.state(layer.state, nnx.Param))}
-    if sharing == "layerwise":  # the layer uses the encoder's one instance, owns none
-        assert layer.state is shared
-        owned = set()
-    assert owned & {"key_projection", "value_projection"} == names
-    for name in names:
-        chex.assert_shape(getattr(layer.state, name)[...], (4, L))
-    x = _inputs()
-    out = _call(layer, x, deterministic=True)
-    chex.assert_shape(out, (B, L, E))
-    assert bool(jnp.all(jnp.isfinite(out)))
 
 
-def test_linformer_key_value_equals_none_with_equal_projections():
-    kw = {"proj_len": 4, "max_length": L}
-    kv = MultiHeadAttention(H, E, attention="linformer",
-                            attention_kwargs={**kw, "sharing": "key_value"}, rngs=nnx.Rngs(0))
-    none = MultiHeadAttention(H, E, attention="linformer",
-                              attention_kwargs={**kw, "sharing": "none"}, rngs=nnx.Rngs(0))
-    nnx.update(none, nnx.state(kv))
-    none.state.value_projection[...] = kv.state.key_projection[...]
-    x = _inputs()
-    chex.assert_trees_all_close(
-        _call(kv, x), _call(none, x), rtol=1e-6, atol=1e-6
-    )
 
 
 def test_softmax_attention_dropout():
@@ -292,10 +135,12 @@ def test_bad_configuration_errors():
                            rngs=rngs)
     with pytest.raises(ValueError, match="dropout_rate.*'nystrom'"):
         MultiHeadAttention(H, E, attention="nystrom", dropout_rate=0.1, rngs=rngs)
-    with pytest.raises(ValueError, match=r"attention_kwargs\['key_value_seq_lengths'\] is per-call"):
+    with pytest.raises(ValueError,
+                       match=r"attention_kwargs\['key_value_seq_lengths'\] is per-call"):
         MultiHeadAttention(H, E, attention="nystrom",
                            attention_kwargs={"key_value_seq_lengths": jnp.array([3, 3])}, rngs=rngs)
-    with pytest.raises(ValueError, match=r"`attention_kwargs\['head_chunk_size'\]` must be a positive int; got 0"):
+    with pytest.raises(ValueError, match=r"MultiHeadAttention: `attention_kwargs\['head_chunk_"
+                                         r"size'\]` must be a positive int; got 0"):
         MultiHeadAttention(H, E, attention="nystrom", attention_kwargs={"head_chunk_size": 0},
                            rngs=rngs)
     with pytest.raises(ValueError, match="max_length"):
@@ -310,3 +155,16 @@ def test_bad_configuration_errors():
     random = MultiHeadAttention(H, E, attention="skyformer", rngs=rngs)
     with pytest.raises(ValueError, match="deterministic must be given.*'skyformer'"):
         random(_inputs())
+
+
+def test_deterministic_needed_only_when_random():
+    x = jax.random.normal(jax.random.key(1), (1, 6, 8))
+    plain = MultiHeadAttention(2, 8, attention="linear", rngs=nnx.Rngs(0))
+    chex.assert_trees_all_equal(plain(x), plain(x, deterministic=True))
+    for kwargs in ({"attention": "softmax", "dropout_rate": 0.1},
+                   {"attention": "skyformer", "attention_kwargs": {"num_landmarks": 2}}):
+        layer = MultiHeadAttention(2, 8, rngs=nnx.Rngs(0), **kwargs)
+        with pytest.raises(ValueError, match="deterministic must be given"):
+            layer(x)
+    layer.deterministic = True  # the constructor's (or model.eval()'s) value counts
+    chex.assert_shape(layer(x), (1, 6, 8))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import functools
 
+import attention_cases
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from flax import linen, nnx
 
@@ -18,22 +18,14 @@ D = E // H
 
 
 def _bound_fn(name: str):
-    """The registered function with the state a module would own, bound as arguments."""
-    fn = attention.get_attention(name)
-    kwargs: dict[str, object] = {}
-    if name in ("nystrom", "spectral_shift", "skyformer"):
-        kwargs["num_landmarks"] = 4
-    if name == "performer":
-        kwargs["projection"] = attention.orthogonal_random_features(jax.random.key(5), 16, D)
-    if name == "linformer":
-        kwargs["key_projection"] = jax.random.normal(jax.random.key(6), (4, L)) / np.sqrt(L)
-    if name in ("inducing_points", "luna", "gated_linear"):  # the registry's pure builder
-        kwargs.update(attention.get_attention_spec(name).make_state(
-            jax.random.key(7), budget=4, length=L, head_dim=D))
-    if name == "memory_compressed":  # the registry's pure builder (mean pooling)
-        kwargs.update(attention.get_attention_spec(name).make_state(
-            jax.random.key(8), budget=3, length=L, head_dim=D))
-    return functools.partial(fn, **kwargs)
+    """The registered function with the parameters and state a module would own, bound.
+
+    Without the sampling key: a module passes one only in training, so these evaluation calls
+    use the sampling methods' fixed, padding-independent choice.
+    """
+    kwargs = attention_cases.method_kwargs(name, n=L, head_dim=D)
+    kwargs.pop("rng", None)
+    return functools.partial(attention.get_attention(name), **kwargs)
 
 
 def _inputs() -> tuple[jax.Array, jax.Array]:

@@ -1,4 +1,5 @@
-"""LRA models in spectral_jax.nn: padding, pooling, retrieval, state, compiles, dtypes, errors."""
+"""LRA models in spectral_jax.nn: padding, pooling, retrieval, state, compiles, dtypes, errors,
+the default mask and the encoder's carried attention state."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from flax import nnx, serialization
 from spectral_jax import attention
 from spectral_jax.nn import (
     DualEncoderClassifier,
+    EncoderBlock,
     SequenceClassifier,
     TransformerConfig,
+    TransformerEncoder,
     masked_mean,
     sinusoidal_positions,
 )
@@ -258,3 +261,36 @@ def test_bad_model_configuration_and_inputs():
     )
     with pytest.raises(ValueError, match="max_length.*8.*kv_len=16"):
         linformer(ids, mask, deterministic=True)
+
+
+def test_classifiers_derive_the_mask_from_the_padding_id():
+    config = TransformerConfig(vocab_size=10, num_classes=3, max_length=8, dropout_rate=0.0,
+                               embed_dim=8, qkv_dim=8, mlp_dim=8, num_layers=1)
+    tokens = jnp.array([[3, 4, 5, 0, 0, 0, 0, 0], [1, 2, 3, 4, 5, 6, 7, 8]])
+    model = SequenceClassifier(config, rngs=nnx.Rngs(0))
+    chex.assert_trees_all_equal(model(tokens), model(tokens, tokens > 0, deterministic=True))
+    dual = DualEncoderClassifier(config, rngs=nnx.Rngs(0))
+    pairs = jnp.stack([tokens, tokens[::-1]], axis=1)
+    chex.assert_trees_all_equal(dual(pairs), dual(pairs, pairs > 0, deterministic=True))
+    with pytest.raises(ValueError, match="deterministic must be given.*dropout_rate=0.1"):
+        SequenceClassifier(TransformerConfig(vocab_size=10, num_classes=3, max_length=8),
+                           rngs=nnx.Rngs(0))(tokens)
+
+
+def test_encoder_hands_lunas_p_from_block_to_block():
+    config = TransformerConfig(vocab_size=12, num_classes=2, max_length=8, num_layers=2,
+                               embed_dim=8, num_heads=2, qkv_dim=8, mlp_dim=8, dropout_rate=0.0,
+                               attention="luna", attention_kwargs=(("packed_length", 3),))
+    encoder = TransformerEncoder(config, rngs=nnx.Rngs(0))
+    ids = jax.random.randint(jax.random.key(3), (2, 8), 1, 12)
+    mask = jnp.arange(8)[None, :] < jnp.array([[8], [6]])
+    got = encoder(ids, mask, deterministic=True)
+    pairwise = mask[:, None, :, None] & mask[:, None, None, :]
+    x = encoder.embedding(ids, deterministic=True)
+    block0, block1 = encoder.layers
+    assert isinstance(block0, EncoderBlock)
+    x, carry = block0(x, pairwise, deterministic=True, return_carry=True)
+    with_carry = encoder.norm(block1(x, pairwise, deterministic=True, carry=carry))
+    without = encoder.norm(block1(x, pairwise, deterministic=True))
+    chex.assert_trees_all_close(got, with_carry, atol=1e-5)
+    assert float(jnp.abs(got - without).max()) > 1e-4
