@@ -19,7 +19,11 @@ def softmax(x, valid=None):
 def attention(q, k, v, scale, key_valid=None, causal=False):
     """One head: (n, d) arrays."""
     logits = scale * q @ k.T
-    valid = np.ones(logits.shape, bool) if key_valid is None else np.broadcast_to(key_valid, logits.shape)
+    valid = (
+        np.ones(logits.shape, bool)
+        if key_valid is None
+        else np.broadcast_to(key_valid, logits.shape)
+    )
     if causal:
         valid = valid & np.tril(np.ones(logits.shape, bool))
     return softmax(logits, valid) @ v

@@ -7,6 +7,7 @@ import math
 import numpy as np
 from numpy_reference import attention, softmax
 
+
 def kmeans(q, clusters, iterations):
     n = len(q)
     start = ((np.arange(clusters) * 2 + 1) * n) // (2 * clusters)

@@ -12,11 +12,15 @@ import os
 import jax
 import jax.numpy as jnp
 import pytest
+from attention_cases import method_kwargs, padding_mask, qkv
 from flax import nnx
 
-from attention_cases import method_kwargs, padding_mask, qkv
-from spectral_jax.attention import ATTENTIONS, get_attention_spec, softmax_attention
-from spectral_jax.attention import resolve_head_chunk_size
+from spectral_jax.attention import (
+    ATTENTIONS,
+    get_attention_spec,
+    resolve_head_chunk_size,
+    softmax_attention,
+)
 
 PLATFORMS = ("cuda", "tpu")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +50,9 @@ def test_method_lowers_forward_and_backward(name, dtype):
             return out[0] if isinstance(out, tuple) else out
 
         def forward_backward(q, k, v):
-            loss = lambda *a: jnp.sum(forward(*a).astype(jnp.float32) ** 2)
+            def loss(*a):
+                return jnp.sum(forward(*a).astype(jnp.float32) ** 2)
+
             return forward(q, k, v), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
 
         exported = _export(forward_backward, q, k, v)
@@ -80,13 +86,15 @@ def test_cpu_head_chunking_stays_out_of_accelerator_programs():
         argnums=(0, 1, 2)))(q, k, v)
     assert all(bool((a == b).all()) for a, b in zip(jax.tree.leaves(auto), jax.tree.leaves(one)))
     # An explicit chunk size is honoured on every platform.
-    chunked = lambda q, k, v: fn(q, k, v, num_landmarks=8, head_chunk_size=2)
+    def chunked(q, k, v):
+        return fn(q, k, v, num_landmarks=8, head_chunk_size=2)
+
     assert "stablehlo.while" in _export(chunked, x, x, x).mlir_module()
 
 
 def test_quick_listops_train_step_lowers():
     from spectral_jax.lra.bench.compile import train_step_program
-    from spectral_jax.lra.cli.train import load_config
+    from spectral_jax.lra.train.overrides import load_config
 
     config = load_config(os.path.join(ROOT, "configs/lra/listops.py:quick"))
     program = train_step_program(config)

@@ -26,7 +26,9 @@ def test_unknown_attention_name_lists_known_names():
     )
 
 
-@pytest.mark.parametrize("fn", [sa.nystrom_attention, sa.spectral_shift_attention, sa.skyformer_attention])
+@pytest.mark.parametrize(
+    "fn", [sa.nystrom_attention, sa.spectral_shift_attention, sa.skyformer_attention]
+)
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True])
 def test_non_positive_num_landmarks(fn, bad):
     with pytest.raises(ValueError, match=rf"`num_landmarks` must be a positive int; got {bad!r}"):
@@ -38,7 +40,9 @@ def test_mismatched_head_dim_and_rank(name):
     fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
     with pytest.raises(ValueError, match="head_dim differ: 8 vs 4"):
         fn(X, jnp.ones((1, 16, 2, 4)), X)
-    with pytest.raises(ValueError, match=r"`query` must have shape \(batch..., length, heads, head_dim\)"):
+    with pytest.raises(
+        ValueError, match=r"`query` must have shape \(batch..., length, heads, head_dim\)"
+    ):
         fn(jnp.ones((16, 8)), X, X)
     with pytest.raises(TypeError, match="`key` must be a floating array; got dtype int32"):
         fn(X, jnp.ones((1, 16, 2, 8), jnp.int32), X)
@@ -67,6 +71,7 @@ def test_traced_causal_mask_is_never_silent_under_jit(name):
     # not a padding mask gets NaN outputs, the others are untouched, and under checkify the
     # error names the method and the fault.
     from jax.experimental import checkify
+
     x = jax.random.normal(jax.random.key(0), (2, 16, 2, 8))
     fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
     run = jax.jit(lambda m: fn(x, x, x, mask=m))
@@ -75,15 +80,18 @@ def test_traced_causal_mask_is_never_silent_under_jit(name):
     mixed = jnp.stack([padding, causal])[:, None]
     out = run(mixed)
     assert bool(jnp.isnan(out[1]).all())
-    chex.assert_trees_all_close(out[0], fn(x[:1], x[:1], x[:1], mask=padding[None, None])[0],
-                                atol=1e-5)
+    chex.assert_trees_all_close(
+        out[0], fn(x[:1], x[:1], x[:1], mask=padding[None, None])[0], atol=1e-5
+    )
     error, _ = jax.jit(checkify.checkify(lambda m: fn(x, x, x, mask=m)))(mixed)
-    with pytest.raises(checkify.JaxRuntimeError,
-                       match=rf"{fn.func.__name__}\(\): `mask` must be a padding mask"):
+    with pytest.raises(
+        checkify.JaxRuntimeError, match=rf"{fn.func.__name__}\(\): `mask` must be a padding mask"
+    ):
         error.throw()
     if name == "nystrom":  # the check is shared (padding_from_mask): once is enough
         error, good = jax.jit(checkify.checkify(lambda m: fn(x, x, x, mask=m)))(
-            jnp.stack([padding, padding])[:, None])
+            jnp.stack([padding, padding])[:, None]
+        )
         error.throw()  # no error for padding masks
         assert bool(jnp.isfinite(good).all())
 
@@ -104,11 +112,15 @@ def test_softmax_edge_inputs_get_clear_results():
 
 
 def test_method_specific_arguments():
-    with pytest.raises(ValueError, match=r"`feature_map` must be one of \('elu', 'relu'\); got 'tanh'"):
+    with pytest.raises(
+        ValueError, match=r"`feature_map` must be one of \('elu', 'relu'\); got 'tanh'"
+    ):
         sa.linear_attention(X, X, X, feature_map="tanh")
     with pytest.raises(ValueError, match="`scale` must be None"):
         sa.linear_attention(X, X, X, scale=0.5)
-    with pytest.raises(ValueError, match="`projection` must be a \\(num_features, head_dim\\) array"):
+    with pytest.raises(
+        ValueError, match="`projection` must be a \\(num_features, head_dim\\) array"
+    ):
         sa.performer_attention(X, X, X)
     with pytest.raises(ValueError, match="`projection` has 4 columns but head_dim is 8"):
         sa.performer_attention(X, X, X, projection=jnp.ones((16, 4)))
@@ -121,7 +133,9 @@ def test_method_specific_arguments():
     with pytest.raises(ValueError, match=r"`shift` must be one of"):
         sa.spectral_shift_attention(X, X, X, shift="big")
     with pytest.raises(ValueError, match="q_len == kv_len"):
-        sa.spectral_shift_attention(X, jnp.ones((1, 32, 2, 8)), jnp.ones((1, 32, 2, 8)), num_landmarks=4)
+        sa.spectral_shift_attention(
+            X, jnp.ones((1, 32, 2, 8)), jnp.ones((1, 32, 2, 8)), num_landmarks=4
+        )
     with pytest.raises(ValueError, match="`ridge` must be a finite float >= 0"):
         sa.skyformer_attention(X, X, X, ridge=-1.0)
     with pytest.raises(TypeError, match="`rng` must be one jax.random key"):
@@ -150,7 +164,9 @@ def test_pinv_global_init_is_shared_over_batch_and_heads():
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])
 def test_bad_head_chunk_size(name, bad):
     fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
-    with pytest.raises(ValueError, match=rf"`head_chunk_size` must be a positive int or None; got {bad!r}"):
+    with pytest.raises(
+        ValueError, match=rf"`head_chunk_size` must be a positive int or None; got {bad!r}"
+    ):
         fn(X, X, X, head_chunk_size=bad)
     if name in ("nystrom", "spectral_shift"):  # every token a landmark: the exact path
         with pytest.raises(ValueError, match=r"`head_chunk_size` must be a positive int or None"):
@@ -163,17 +179,25 @@ def test_global_pinv_init_works_one_head_at_a_time(fn):
     x = jax.random.normal(jax.random.key(2), (2, 16, 2, 8))
     chex.assert_trees_all_close(
         fn(x, x, x, num_landmarks=4, pinv_init="global", head_chunk_size=1),
-        fn(x, x, x, num_landmarks=4, pinv_init="global"), atol=1e-6)
+        fn(x, x, x, num_landmarks=4, pinv_init="global"),
+        atol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("name", sa.available_attentions())
 def test_bad_seq_lengths(name):
     fn = functools.partial(sa.get_attention(name), **method_kwargs(name, n=16, head_dim=8))
-    with pytest.raises(TypeError, match="`key_value_seq_lengths` must be an integer array; got dtype float32"):
+    with pytest.raises(
+        TypeError, match="`key_value_seq_lengths` must be an integer array; got dtype float32"
+    ):
         fn(X, X, X, key_value_seq_lengths=jnp.array([3.0]))
-    with pytest.raises(ValueError, match=r"`query_seq_lengths` must have the batch shape \(1,\).*got shape \(2,\)"):
+    with pytest.raises(
+        ValueError, match=r"`query_seq_lengths` must have the batch shape \(1,\).*got shape \(2,\)"
+    ):
         fn(X, X, X, query_seq_lengths=jnp.array([3, 4]))
-    with pytest.raises(ValueError, match=r"`key_value_seq_lengths` must lie in \[0, 16\].*got values from 17 to 17"):
+    with pytest.raises(
+        ValueError, match=r"`key_value_seq_lengths` must lie in \[0, 16\].*got values from 17 to 17"
+    ):
         fn(X, X, X, key_value_seq_lengths=jnp.array([17]))
 
 
@@ -200,8 +224,9 @@ def test_float_parameters_must_be_finite_and_integers_may_come_from_numpy():
             sa.performer_attention(X, X, X, projection=jnp.ones((4, 8)), eps=bad)
     # Values read from NumPy (configs, sweeps) behave like Python numbers.
     ref = sa.skyformer_attention(X, X, X, num_landmarks=4, ridge=0.1, pinv_iterations=3)
-    same = sa.skyformer_attention(X, X, X, num_landmarks=np.int64(4), ridge=np.float32(0.1),
-                                  pinv_iterations=np.int64(3))
+    same = sa.skyformer_attention(
+        X, X, X, num_landmarks=np.int64(4), ridge=np.float32(0.1), pinv_iterations=np.int64(3)
+    )
     assert jnp.allclose(ref, same)
     with pytest.raises(TypeError, match=r"`dtype` must be a float dtype"):
         sa.orthogonal_random_features(jax.random.key(0), 8, 8, dtype=jnp.int32)

@@ -38,7 +38,9 @@ def test_softmax_hand_computed_value():
     q = jnp.array([[[[np.log(3.0)]]]])
     k = jnp.array([[[[1.0]], [[0.0]]]])
     v = jnp.array([[[[4.0]], [[0.0]]]])
-    out = sa.softmax_attention(q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), scale=1.0)
+    out = sa.softmax_attention(
+        q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), scale=1.0
+    )
     np.testing.assert_allclose(float(out[0, 0, 0, 0]), 3.0, rtol=1e-6)
 
 
@@ -55,7 +57,11 @@ def test_softmax_matches_numpy_with_mask_and_bias(causal):
         allowed = allowed & np.tril(np.ones((40, 40), bool))
     expected = ref.softmax(logits, allowed) @ _np(v)
     np.testing.assert_allclose(_np(out), expected, atol=2e-5)
-    np.testing.assert_allclose(_np(sa.reference_attention(q, k, v, bias=bias, mask=mask, is_causal=causal)), expected, atol=2e-5)
+    np.testing.assert_allclose(
+        _np(sa.reference_attention(q, k, v, bias=bias, mask=mask, is_causal=causal)),
+        expected,
+        atol=2e-5,
+    )
 
 
 # ---------------------------------------------------------------- pseudo-inverse
@@ -66,15 +72,27 @@ def test_pinv_matches_float64_iteration_and_converges_on_well_conditioned():
     a = rng.normal(size=(12, 12))
     spd = a @ a.T / 12 + np.eye(12)
     for iters in (1, 3, 6):
-        np.testing.assert_allclose(np.asarray(sa.iterative_pinv(jnp.asarray(spd), iters)), ref.pinv_iteration(spd, iters), rtol=1e-10, atol=1e-12)
-    errors = [np.linalg.norm(np.asarray(sa.iterative_pinv(jnp.asarray(spd), t)) @ spd - np.eye(12)) for t in (2, 4, 6, 8)]
+        np.testing.assert_allclose(
+            np.asarray(sa.iterative_pinv(jnp.asarray(spd), iters)),
+            ref.pinv_iteration(spd, iters),
+            rtol=1e-10,
+            atol=1e-12,
+        )
+    errors = [
+        np.linalg.norm(np.asarray(sa.iterative_pinv(jnp.asarray(spd), t)) @ spd - np.eye(12))
+        for t in (2, 4, 6, 8)
+    ]
     assert errors == sorted(errors, reverse=True) and errors[-1] < 1e-8
 
 
 def test_pinv_on_landmark_softmax_kernel_and_preconditioned_gaussian():
     q, k, _ = _qkv64(3, (1, 256, 1, 16))
     _, a, _ = ref.nystrom_kernels(_np(q), _np(k), 1 / 4, 16, np.ones(256, bool))
-    resid = [np.linalg.norm(a @ np.asarray(sa.iterative_pinv(jnp.asarray(a), t)) @ a - a) / np.linalg.norm(a) for t in (1, 3, 6, 12)]
+    resid = [
+        np.linalg.norm(a @ np.asarray(sa.iterative_pinv(jnp.asarray(a), t)) @ a - a)
+        / np.linalg.norm(a)
+        for t in (1, 3, 6, 12)
+    ]
     assert resid == sorted(resid, reverse=True) and resid[2] < 0.1
     # Skyformer's D^{-1/2}(M + γI)D^{-1/2} has spectrum in (0, 1]: the iteration converges.
     x = _np(q)[::8] / 16**0.25
@@ -91,7 +109,9 @@ def test_pinv_on_landmark_softmax_kernel_and_preconditioned_gaussian():
 @pytest.mark.parametrize("fn", [sa.nystrom_attention, sa.spectral_shift_attention])
 def test_landmarks_at_least_length_is_exact_softmax(fn):
     q, k, v = _qkv64(4, (2, 50, 2, 8))
-    chex.assert_trees_all_close(fn(q, k, v, num_landmarks=64), sa.reference_attention(q, k, v), atol=1e-12)
+    chex.assert_trees_all_close(
+        fn(q, k, v, num_landmarks=64), sa.reference_attention(q, k, v), atol=1e-12
+    )
 
 
 def test_one_landmark_per_token_with_exact_pinv_reproduces_s():
@@ -152,8 +172,14 @@ def test_spectral_shift_matches_numpy_closed_form():
     np.testing.assert_allclose(np.trace(approx), np.trace(s), rtol=1e-10)
     np.testing.assert_allclose(approx.sum(-1), 1.0, atol=1e-8)
     np.testing.assert_allclose(
-        float(sa.spectral_shift_delta(q, k, num_landmarks=m, pinv_iterations=None, shift="exact")[0, 0]),
-        delta, rtol=1e-10)
+        float(
+            sa.spectral_shift_delta(q, k, num_landmarks=m, pinv_iterations=None, shift="exact")[
+                0, 0
+            ]
+        ),
+        delta,
+        rtol=1e-10,
+    )
 
 
 def _shift_reference(q, k, v, m, shift="paired", rows=32, iterations=6):
@@ -198,8 +224,10 @@ def test_spectral_shift_outputs_and_gradients_match_float64_formula(shift, rows)
         return jnp.sum(_np(g) * _shift_reference(q, k, v, 8, shift, rows)[0])
 
     def loss(q, k, v):
-        return jnp.sum(g.astype(jnp.float32) * sa.spectral_shift_attention(
-            q, k, v, num_landmarks=8, shift=shift))
+        return jnp.sum(
+            g.astype(jnp.float32)
+            * sa.spectral_shift_attention(q, k, v, num_landmarks=8, shift=shift)
+        )
 
     ref_grads = jax.grad(loss_ref, argnums=(0, 1, 2))(_np(q), _np(k), _np(v))
     q32, k32, v32 = (x.astype(jnp.float32) for x in (q, k, v))
@@ -248,11 +276,15 @@ def test_delta_nonnegative_and_estimate_tracks_exact_trace():
         assert abs(est - exact) <= 0.15 * max(exact, 0.02), (regime, est, exact)
         target = sa.reference_attention(q, k, v)
         err_est = rel_err(sa.spectral_shift_attention(q, k, v, num_landmarks=16), target)
-        err_exact = rel_err(sa.spectral_shift_attention(q, k, v, num_landmarks=16, shift="exact"), target)
+        err_exact = rel_err(
+            sa.spectral_shift_attention(q, k, v, num_landmarks=16, shift="exact"), target
+        )
         assert err_est <= 1.08 * err_exact, (regime, err_est, err_exact)
     # Pure noise tokens with large norms: the tokens are nearly orthogonal, S ≈ I, δ ≈ 1.
     q, k, _ = _sharp(5, norm=4.0)
-    assert float(sa.spectral_shift_delta(q, k, num_landmarks=16, shift="exact")[0, 0]) == pytest.approx(1.0, abs=0.1)
+    assert float(
+        sa.spectral_shift_delta(q, k, num_landmarks=16, shift="exact")[0, 0]
+    ) == pytest.approx(1.0, abs=0.1)
     # Random inputs in float32 never give a shift outside [0, 1].
     for seed in range(3):
         x = jax.random.normal(jax.random.key(seed), (2, 64, 2, 8), jnp.float32) * (seed + 0.5)
@@ -260,7 +292,7 @@ def test_delta_nonnegative_and_estimate_tracks_exact_trace():
         assert float(delta.min()) >= 0.0 and float(delta.max()) <= 1.0
 
 
-# ---------------------------------------------------------------- symmetric (SPSD) spectral shifting
+# ------------------------------------------------------------ symmetric (SPSD) spectral shifting
 
 
 @pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
@@ -269,8 +301,11 @@ def test_symmetric_shift_exact_with_one_landmark_per_token(kernel):
     valid = jnp.arange(40) < 20
     mask = valid[None, None, :, None] & valid[None, None, None, :]
     out = sa.symmetric_spectral_shift_attention(x, x, v, mask=mask, kernel=kernel, num_landmarks=24)
-    target = (sa.reference_attention(x, x, v, mask=mask) if kernel == "softmax"
-              else sa.kernelized_attention(x, x, v, mask=mask))
+    target = (
+        sa.reference_attention(x, x, v, mask=mask)
+        if kernel == "softmax"
+        else sa.kernelized_attention(x, x, v, mask=mask)
+    )
     chex.assert_trees_all_close(out, target, atol=1e-8)
 
 
@@ -279,8 +314,16 @@ def test_symmetric_shift_frobenius_error_not_above_nystrom():
     x = 2.0 * jax.random.normal(jax.random.key(13), (1, 128, 1, 8), jnp.float64)
     eye = jnp.eye(128, dtype=jnp.float64)[None, :, None, :]
     exact = sa.kernelized_attention(x, x, eye)
-    nys = rel_err(sa.symmetric_spectral_shift_attention(x, None, eye, kernel="gaussian", num_landmarks=16, shift="none"), exact)
-    ss = rel_err(sa.symmetric_spectral_shift_attention(x, None, eye, kernel="gaussian", num_landmarks=16), exact)
+    nys = rel_err(
+        sa.symmetric_spectral_shift_attention(
+            x, None, eye, kernel="gaussian", num_landmarks=16, shift="none"
+        ),
+        exact,
+    )
+    ss = rel_err(
+        sa.symmetric_spectral_shift_attention(x, None, eye, kernel="gaussian", num_landmarks=16),
+        exact,
+    )
     assert ss < 0.5 * nys, (nys, ss)
     with pytest.raises(ValueError, match="key == query"):
         sa.symmetric_spectral_shift_attention(x, x + 1.0, eye)
@@ -291,7 +334,7 @@ def test_symmetric_shift_frobenius_error_not_above_nystrom():
 
 def test_kernelized_matches_gaussian_kernel_formula():
     q, k, v = _qkv64(14, (1, 30, 1, 8))
-    c = 8 ** -0.25
+    c = 8**-0.25
     expected = ref.gaussian_kernel(_np(q) * c, _np(k) * c) @ _np(v)
     np.testing.assert_allclose(_np(sa.kernelized_attention(q, k, v)), expected, atol=1e-10)
 
@@ -301,17 +344,34 @@ def test_skyformer_with_every_position_is_kernelized_attention():
     valid = jnp.arange(48)[None, :] < jnp.array([[40], [48]])
     mask = valid[:, None, :, None] & valid[:, None, None, :]
     # Example 0 has 40 valid tokens: 80 landmarks are every valid query and key once.
-    out = sa.skyformer_attention(q[:1], k[:1], v[:1], mask=mask[:1], num_landmarks=80, ridge=0.0, pinv_iterations=None)
-    chex.assert_trees_all_close(out, sa.kernelized_attention(q[:1], k[:1], v[:1], mask=mask[:1]), atol=1e-8)
+    out = sa.skyformer_attention(
+        q[:1], k[:1], v[:1], mask=mask[:1], num_landmarks=80, ridge=0.0, pinv_iterations=None
+    )
+    chex.assert_trees_all_close(
+        out, sa.kernelized_attention(q[:1], k[:1], v[:1], mask=mask[:1]), atol=1e-8
+    )
 
 
 @pytest.mark.slow  # ~50 s; exactness at every position is tested in CI
 def test_skyformer_error_falls_with_landmarks():
     q, k, v = (x.astype(jnp.float32) for x in _qkv64(16, (1, 256, 2, 16)))
     exact = sa.kernelized_attention(q, k, v)
-    errs = [rel_err(sa.skyformer_attention(q, k, v, num_landmarks=m), exact) for m in (16, 32, 64, 128, 256)]
+    errs = [
+        rel_err(sa.skyformer_attention(q, k, v, num_landmarks=m), exact)
+        for m in (16, 32, 64, 128, 256)
+    ]
     assert errs == sorted(errs, reverse=True) and errs[-1] < 0.15, errs
-    sampled = [np.mean([rel_err(sa.skyformer_attention(q, k, v, num_landmarks=m, rng=jax.random.key(s)), exact) for s in range(3)]) for m in (32, 128)]
+    sampled = [
+        np.mean(
+            [
+                rel_err(
+                    sa.skyformer_attention(q, k, v, num_landmarks=m, rng=jax.random.key(s)), exact
+                )
+                for s in range(3)
+            ]
+        )
+        for m in (32, 128)
+    ]
     assert sampled[1] < 0.7 * sampled[0], sampled
 
 
@@ -322,7 +382,9 @@ def test_skyformer_error_falls_with_landmarks():
 def test_linear_attention_matches_formula(causal):
     q, k, v = _qkv64(17, (1, 50, 1, 8))
     out = sa.linear_attention(q, k, v, is_causal=causal, chunk_size=16)  # 16 does not divide 50
-    np.testing.assert_allclose(_np(out), ref.linear_attention(_np(q), _np(k), _np(v), causal), atol=1e-10)
+    np.testing.assert_allclose(
+        _np(out), ref.linear_attention(_np(q), _np(k), _np(v), causal), atol=1e-10
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -330,7 +392,7 @@ def test_performer_matches_favor_formula(causal):
     q, k, v = _qkv64(18, (1, 40, 1, 8))
     w = sa.orthogonal_random_features(jax.random.key(0), 24, 8, dtype=jnp.float64)
     out = sa.performer_attention(q, k, v, projection=w, is_causal=causal, chunk_size=16)
-    c = 8 ** -0.25
+    c = 8**-0.25
     wn = np.asarray(w)
 
     def feats(x):  # unstabilised positive features; stabilisers cancel exactly when eps = 0
@@ -350,7 +412,20 @@ def test_performer_error_falls_with_features():
     exact = sa.reference_attention(q, k, v)
     means = []
     for r in (8, 64, 512):
-        errs = [rel_err(sa.performer_attention(q, k, v, projection=sa.orthogonal_random_features(jax.random.key(s), r, 16, dtype=jnp.float64)), exact) for s in range(4)]
+        errs = [
+            rel_err(
+                sa.performer_attention(
+                    q,
+                    k,
+                    v,
+                    projection=sa.orthogonal_random_features(
+                        jax.random.key(s), r, 16, dtype=jnp.float64
+                    ),
+                ),
+                exact,
+            )
+            for s in range(4)
+        ]
         means.append(np.mean(errs))
     assert means == sorted(means, reverse=True) and means[-1] < 0.5 * means[0], means
 
@@ -365,7 +440,9 @@ def test_linformer_identity_projection_is_exact_and_short_inputs_use_first_colum
     q, k, v = _qkv64(20, (1, 48, 1, 8))
     chex.assert_trees_all_close(
         sa.linformer_attention(q, k, v, key_projection=jnp.eye(48, dtype=jnp.float64)),
-        sa.reference_attention(q, k, v), atol=1e-10)
+        sa.reference_attention(q, k, v),
+        atol=1e-10,
+    )
     e = jax.random.normal(jax.random.key(1), (16, 64), jnp.float64)  # max_length 64 > 48
     valid = np.arange(48) < 40
     mask = jnp.asarray(valid)[None, None, :, None] & jnp.asarray(valid)[None, None, None, :]
@@ -390,11 +467,25 @@ def test_orthogonal_features_are_unbiased_gaussian_marginals():
 
 
 def test_performer_converges_to_softmax_with_many_features():
-    q, k, v = (s * jax.random.normal(key, (1, 16, 1, 8), jnp.float64)
-               for s, key in zip((0.5, 0.5, 1.0), jax.random.split(jax.random.key(21), 3)))
+    q, k, v = (
+        s * jax.random.normal(key, (1, 16, 1, 8), jnp.float64)
+        for s, key in zip((0.5, 0.5, 1.0), jax.random.split(jax.random.key(21), 3))
+    )
     exact = sa.reference_attention(q, k, v)
-    errs = [rel_err(sa.performer_attention(q, k, v, projection=sa.orthogonal_random_features(
-        jax.random.key(s), 65536, 8, dtype=jnp.float64)), exact) for s in range(2)]
+    errs = [
+        rel_err(
+            sa.performer_attention(
+                q,
+                k,
+                v,
+                projection=sa.orthogonal_random_features(
+                    jax.random.key(s), 65536, 8, dtype=jnp.float64
+                ),
+            ),
+            exact,
+        )
+        for s in range(2)
+    ]
     # Biased features stalled at about 0.08 here whatever the number of features.
     assert max(errs) < 0.02, errs
 
@@ -405,9 +496,9 @@ def test_few_valid_keys_are_exact_whatever_the_padding(fn):
     # 128 in a batch with a full example, the landmark path must give the same answer.
     q, k, v = _qkv64(22, (2, 128, 2, 8))
     lengths = jnp.array([40, 128])
-    padded = fn(q, k, v, num_landmarks=64, query_seq_lengths=lengths,
-                key_value_seq_lengths=lengths)
+    padded = fn(q, k, v, num_landmarks=64, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
     alone = fn(q[:1, :40], k[:1, :40], v[:1, :40], num_landmarks=64)
     chex.assert_trees_all_close(padded[0, :40], alone[0], atol=1e-9)
-    chex.assert_trees_all_close(alone, sa.reference_attention(q[:1, :40], k[:1, :40], v[:1, :40]),
-                                atol=1e-12)
+    chex.assert_trees_all_close(
+        alone, sa.reference_attention(q[:1, :40], k[:1, :40], v[:1, :40]), atol=1e-12
+    )

@@ -10,7 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from attention_cases import (
-    APPROXIMATE, CAUSAL, NAMES, NON_CAUSAL, method_kwargs, padding_mask, qkv,
+    APPROXIMATE,
+    CAUSAL,
+    NAMES,
+    NON_CAUSAL,
+    method_kwargs,
+    padding_mask,
+    qkv,
 )
 
 from spectral_jax.attention import ATTENTIONS, get_attention, spectral_shift_delta
@@ -41,7 +47,9 @@ def test_padded_content_never_reaches_valid_outputs(name, inputs):
     out_noise = _call(name, *(jnp.where(pad, r, x) for x, r in zip((q, k, v), noise)), mask=mask)
     assert np.isfinite(np.asarray(out_noise)).all()
     sel = np.asarray(valid)
-    chex.assert_trees_all_close(np.asarray(out_zero)[sel], np.asarray(out_noise)[sel], atol=1e-5, rtol=1e-5)
+    chex.assert_trees_all_close(
+        np.asarray(out_zero)[sel], np.asarray(out_noise)[sel], atol=1e-5, rtol=1e-5
+    )
     # Padded query rows are zero.
     np.testing.assert_array_equal(np.asarray(out_noise)[~sel], 0.0)
 
@@ -56,8 +64,9 @@ def test_non_finite_padded_content_never_reaches_valid_outputs(name, inputs):
     for fill in (jnp.inf, jnp.nan):
         out = _call(name, *(jnp.where(pad, fill, x) for x in (q, k, v)), mask=mask)
         sel = np.asarray(valid)
-        chex.assert_trees_all_close(np.asarray(out)[sel], np.asarray(out_zero)[sel],
-                                    atol=1e-5, rtol=1e-5)
+        chex.assert_trees_all_close(
+            np.asarray(out)[sel], np.asarray(out_zero)[sel], atol=1e-5, rtol=1e-5
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -86,7 +95,9 @@ def test_example_independent_of_batch_and_other_heads(name):
     chex.assert_trees_all_close(together[:1], alone, atol=2e-5, rtol=2e-5)
     # Scaling head 1 leaves head 0 unchanged.
     scaled = [x.at[..., 1, :].multiply(10.0) for x in (q, k, v)]
-    chex.assert_trees_all_close(_call(name, *scaled)[..., 0, :], alone[..., 0, :], atol=2e-5, rtol=2e-5)
+    chex.assert_trees_all_close(
+        _call(name, *scaled)[..., 0, :], alone[..., 0, :], atol=2e-5, rtol=2e-5
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -97,7 +108,9 @@ def test_query_without_valid_keys_gives_zeros_and_finite_grads(name, inputs):
     out = _call(name, q, k, v, mask=mask)
     np.testing.assert_array_equal(np.asarray(out[0]), 0.0)
     assert np.isfinite(np.asarray(out)).all()
-    g = jax.grad(lambda q, k, v: jnp.sum(_call(name, q, k, v, mask=mask) ** 2), argnums=(0, 1, 2))(q, k, v)
+    g = jax.grad(lambda q, k, v: jnp.sum(_call(name, q, k, v, mask=mask) ** 2), argnums=(0, 1, 2))(
+        q, k, v
+    )
     assert all(np.isfinite(np.asarray(x)).all() for x in g)
     # Key padding alone (all queries valid, no valid key in example 0) also gives zeros.
     key_mask = jnp.broadcast_to(valid[:, None, None, :], (B, 1, N, N))
@@ -185,14 +198,23 @@ def test_approximations_reject_bias_and_non_padding_masks(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_accepts_flax_attention_fn_keywords(name):
     q, k, v = qkv(10, (1, N, H, D))
-    flax_kw = dict(dropout_rng=None, dropout_rate=0.0, broadcast_dropout=True,
-                   deterministic=True, dtype=None, precision=None, module=None)
+    flax_kw = dict(
+        dropout_rng=None,
+        dropout_rate=0.0,
+        broadcast_dropout=True,
+        deterministic=True,
+        dtype=None,
+        precision=None,
+        module=None,
+    )
     chex.assert_trees_all_close(_call(name, q, k, v, **flax_kw), _call(name, q, k, v))
     with pytest.raises(TypeError, match="num_landmark"):
         _call(name, q, k, v, num_landmark=3)
 
 
-CHUNKED = tuple(n for n in NAMES if "head_chunk_size" in inspect.signature(get_attention(n)).parameters)
+CHUNKED = tuple(
+    n for n in NAMES if "head_chunk_size" in inspect.signature(get_attention(n)).parameters
+)
 
 
 def test_every_lifted_method_takes_head_chunk_size():
@@ -246,12 +268,14 @@ def test_seq_lengths_are_an_o_n_padding_mask(name, inputs):
     by_mask = _call(name, q, k, v, mask=padding_mask(valid))
     by_lengths = _call(name, q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
     chex.assert_trees_all_close(by_lengths, by_mask, atol=1e-6, rtol=1e-6)
-    jitted = jax.jit(lambda lq, lk: _call(name, q, k, v, query_seq_lengths=lq,
-                                          key_value_seq_lengths=lk))(lengths, lengths)
+    jitted = jax.jit(
+        lambda lq, lk: _call(name, q, k, v, query_seq_lengths=lq, key_value_seq_lengths=lk)
+    )(lengths, lengths)
     chex.assert_trees_all_close(jitted, by_mask, atol=1e-5, rtol=1e-5)
     # Concrete lengths captured by a jitted function are still checked, and still work.
-    captured = jax.jit(lambda: _call(name, q, k, v, query_seq_lengths=lengths,
-                                     key_value_seq_lengths=lengths))()
+    captured = jax.jit(
+        lambda: _call(name, q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+    )()
     chex.assert_trees_all_close(captured, by_mask, atol=1e-5, rtol=1e-5)
     too_long = lengths + 19  # [49, 67] > N = 48
     with pytest.raises(ValueError, match=r"key_value_seq_lengths.*\[0, 48\].*49 to 67"):
@@ -262,9 +286,12 @@ def test_seq_lengths_are_an_o_n_padding_mask(name, inputs):
     chex.assert_trees_all_close(both, by_mask, atol=1e-6, rtol=1e-6)
     if name == "spectral_shift":
         chex.assert_trees_all_close(
-            spectral_shift_delta(q, k, num_landmarks=8, query_seq_lengths=lengths,
-                                 key_value_seq_lengths=lengths),
-            spectral_shift_delta(q, k, padding_mask(valid), num_landmarks=8), atol=1e-6)
+            spectral_shift_delta(
+                q, k, num_landmarks=8, query_seq_lengths=lengths, key_value_seq_lengths=lengths
+            ),
+            spectral_shift_delta(q, k, padding_mask(valid), num_landmarks=8),
+            atol=1e-6,
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -292,8 +319,9 @@ def test_softmax_dropout_follows_flax_semantics():
     rng = jax.random.key(3)
     from spectral_jax.attention import reference_attention, softmax_attention
 
-    out = softmax_attention(q, k, v, dropout_rate=0.5, dropout_rng=rng, deterministic=False,
-                            broadcast_dropout=False)
+    out = softmax_attention(
+        q, k, v, dropout_rate=0.5, dropout_rng=rng, deterministic=False, broadcast_dropout=False
+    )
     # By hand: the same keep mask Flax draws, applied to the exact weights, rescaled by 1/0.5.
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(8)
     keep = jax.random.bernoulli(rng, 0.5, logits.shape)
@@ -303,6 +331,8 @@ def test_softmax_dropout_follows_flax_semantics():
     # Evaluation mode and a zero rate are the plain exact attention; dropout needs a key.
     chex.assert_trees_all_close(
         softmax_attention(q, k, v, dropout_rate=0.5, deterministic=True),
-        reference_attention(q, k, v), atol=1e-5)
+        reference_attention(q, k, v),
+        atol=1e-5,
+    )
     with pytest.raises(ValueError, match="needs `dropout_rng`"):
         softmax_attention(q, k, v, dropout_rate=0.5, deterministic=False)

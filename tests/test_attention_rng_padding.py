@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from spectral_jax.attention import (
-    clustered_attention, improved_clustered_attention, probsparse_attention,
+    clustered_attention,
+    improved_clustered_attention,
+    probsparse_attention,
 )
 
 CASES = {
