@@ -260,10 +260,10 @@ def choice(owner: str, name: str, value: Any, allowed: tuple[Any, ...] | list[An
     """``value`` if it is one of ``allowed``; a ValueError listing them otherwise.
 
     Example:
-        >>> choice("linear_attention()", "feature_map", "tanh", ("elu", "relu"))
+        >>> choice("f()", "feature_map", "tanh", ("elu", "relu"))
         Traceback (most recent call last):
         ...
-        spectral_jax.UsageError: linear_attention(): `feature_map` must be one of ('elu', 'relu'); got 'tanh'.
+        spectral_jax.UsageError: f(): `feature_map` must be one of ('elu', 'relu'); got 'tanh'.
     """
     allowed = tuple(allowed)
     reject_traced(owner, name, value)
