@@ -12,7 +12,7 @@ from spectral_jax.lra import cli
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from spectral_jax.lra.cli.train import load_config
+    from spectral_jax.lra.train.overrides import load_config
     from spectral_jax.lra.train import train_and_evaluate
 
     root = tmp_path_factory.mktemp("listops")

@@ -15,8 +15,8 @@ import pytest
 
 from spectral_jax.attention import available_attentions
 from spectral_jax.lra import cli
-from spectral_jax.lra.cli.train import load_config
 from spectral_jax.lra.train import table_labels, table_plot, table_readme
+from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.lra.train.run import recorded_config
 from spectral_jax.lra.train.table import group_runs, markdown_table
 

@@ -16,9 +16,9 @@ import pytest
 from flax import nnx
 
 from spectral_jax.lra import cli as entry_point
-from spectral_jax.lra.cli.train import load_config
 from spectral_jax.lra.train import checkpoint as checkpoint_lib
 from spectral_jax.lra.train.loop import train_and_evaluate
+from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.lra.train.report import read_metrics
 from spectral_jax.lra.train.run import open_for_training
 from spectral_jax.lra.train.steps import make_schedule

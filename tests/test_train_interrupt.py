@@ -21,12 +21,12 @@ import pytest
 from flax import nnx
 from train_child import ENV, run_child
 
-from spectral_jax.lra.cli.train import load_config
 from spectral_jax.lra.train import checkpoint as checkpoint_lib
 from spectral_jax.lra.train import run as run_lib
 from spectral_jax.lra.train import sweep as sweep_lib
 from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
 from spectral_jax.lra.train.loop import train_and_evaluate
+from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.lra.train.report import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -73,7 +73,7 @@ def train_step_program(config: ml_collections.ConfigDict) -> TrainStepProgram:
       spectral_jax.UsageError: a size the model needs is neither in the config nor a task constant.
 
     Example:
-      >>> from spectral_jax.lra.cli.train import load_config
+      >>> from spectral_jax.lra.train.overrides import load_config
       >>> prog = train_step_program(load_config("configs/lra/listops.py:quick,attention=local"))
       >>> prog.args[2]["inputs"].shape
       (32, 128)
@@ -173,7 +173,7 @@ def run_compile(
 
 def _compile_records(path: str, arg: str, names: Sequence[str], repeats: int,
                      progress: Callable[[str], Any]) -> list[dict[str, Any]]:
-    from spectral_jax.lra.cli.train import load_config
+    from spectral_jax.lra.train.overrides import load_config
 
     records = []
     # One untimed compile first: the process's first compile also pays one-time costs

@@ -127,7 +127,7 @@ def speed_part(sizes: dict[str, Any], out: str, deadline: float, say) -> dict[st
 
 
 def _listops_config(workdir: str, smoke: bool):
-    from spectral_jax.lra.cli.train import load_config
+    from spectral_jax.lra.train.overrides import load_config
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     spec = os.path.join(root, "configs", "lra", "listops.py")

@@ -107,7 +107,7 @@ def _info_source(args: argparse.Namespace) -> tuple[str, str, dict, str]:
                   "the reader's default; a config may read at another length: pass "
                   "--config FILE.py[:ARG]")
         return args.task, args.data_dir, options, origin
-    from spectral_jax.lra.cli.train import load_config
+    from spectral_jax.lra.train.overrides import load_config
 
     config = load_config(args.config, args.config_overrides)
     if args.task is not None and args.task != config.task:

@@ -21,48 +21,10 @@ step N; checkpoint saved; rerun the same command to resume`` and exit status 130
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import sys
 
-import ml_collections
-
-from spectral_jax import UsageError
-from spectral_jax.lra.train import overrides as overrides_lib
-
-
-def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDict:
-    """Loads ``FILE.py[:ARG]`` and applies ``a.b=VALUE`` overrides.
-
-    Args:
-        spec: path of a config file defining ``get_config(arg)``, optionally ``:arg``.
-        overrides: ``"a.b=VALUE"`` strings, each parsed by its field's type; one that sets
-          ``model.attention`` or ``model.max_length`` re-runs ``get_config`` with that argument
-          (see :mod:`spectral_jax.lra.train.overrides`).
-
-    Returns:
-        The config.
-
-    Raises:
-        FileNotFoundError: no such config file.
-        spectral_jax.UsageError: a file without ``get_config``, a malformed override, an
-          unknown field or a value of the wrong type.
-
-    Example:
-        >>> cfg = load_config("configs/lra/listops.py:quick", ["train.steps=10"])
-        >>> cfg.train.steps
-        10
-    """
-    path, _, arg = spec.partition(":")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--config {spec!r}: no config file at {path!r}")
-    module_spec = importlib.util.spec_from_file_location("_spectral_jax_config", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    if not hasattr(module, "get_config"):
-        raise UsageError(f"--config {spec!r}: {path} defines no get_config(arg)")
-    return overrides_lib.load(module.get_config, arg or None, overrides)
+from spectral_jax.lra.train.overrides import load_config
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

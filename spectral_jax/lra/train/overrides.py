@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import ast
 import difflib
+import importlib.util
 import inspect
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -31,6 +33,39 @@ from spectral_jax.lra.train import config_lib
 _KWARGS = "model.attention_kwargs."
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _MISSING = (KeyError, AttributeError, IndexError, TypeError)
+
+
+def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDict:
+    """Loads ``FILE.py[:ARG]`` and applies ``a.b=VALUE`` overrides.
+
+    Args:
+        spec: path of a config file defining ``get_config(arg)``, optionally ``:arg``.
+        overrides: ``"a.b=VALUE"`` strings, each parsed by its field's type; one that sets
+          ``model.attention`` or ``model.max_length`` re-runs ``get_config`` with that argument
+          (see the module docstring).
+
+    Returns:
+        The config.
+
+    Raises:
+        FileNotFoundError: no such config file.
+        spectral_jax.UsageError: a file without ``get_config``, a malformed override, an
+          unknown field or a value of the wrong type.
+
+    Example:
+        >>> cfg = load_config("configs/lra/listops.py:quick", ["train.steps=10"])
+        >>> cfg.train.steps
+        10
+    """
+    path, _, arg = spec.partition(":")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--config {spec!r}: no config file at {path!r}")
+    module_spec = importlib.util.spec_from_file_location("_spectral_jax_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise UsageError(f"--config {spec!r}: {path} defines no get_config(arg)")
+    return load(module.get_config, arg or None, overrides)
 
 
 def load(get_config: Callable[[str | None], ml_collections.ConfigDict], arg: str | None,

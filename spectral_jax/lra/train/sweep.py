@@ -259,7 +259,7 @@ def write_tables(workdir: str, *, say: Callable[[str], None] = print) -> dict[st
 
 
 def _load(run: SweepRun):
-    from spectral_jax.lra.cli.train import load_config
+    from spectral_jax.lra.train.overrides import load_config
 
     return load_config(run.config_spec, list(run.overrides))
 

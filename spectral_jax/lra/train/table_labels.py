@@ -126,7 +126,7 @@ def _preset(task: str, protocol: str, method: str) -> dict[str, Any] | None:
 @functools.cache
 def _recorded_preset(path: str, protocol: str, method: str) -> dict[str, Any] | None:
     """The preset's config as a run records it, or None when the file cannot build it."""
-    from spectral_jax.lra.cli.train import load_config
+    from spectral_jax.lra.train.overrides import load_config
     from spectral_jax.lra.train.run import recorded_config
 
     try:
