@@ -111,9 +111,9 @@ def _accept_config_overrides(parser: argparse.ArgumentParser) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from spectral_jax.lra.train import distributed
+    from spectral_jax.lra.train.distributed import maybe_initialize
 
-    distributed.maybe_initialize(args.distributed or None)
+    maybe_initialize(args.distributed or None)
     from spectral_jax.lra.train.interrupt import TrainingInterrupted
     from spectral_jax.lra.train.loop import train_and_evaluate
 
@@ -136,9 +136,9 @@ def _show_config(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from spectral_jax.lra.train import distributed
+    from spectral_jax.lra.train.distributed import maybe_initialize
 
-    distributed.maybe_initialize(args.distributed or None)
+    maybe_initialize(args.distributed or None)
     from spectral_jax.lra.train.loop import evaluate_checkpoint
 
     result = evaluate_checkpoint(args.workdir, checkpoint=args.checkpoint, split=args.split)
