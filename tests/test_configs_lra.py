@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from spectral_jax.attention import available_attentions
-from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.lra.train import config_lib
 from spectral_jax.lra.train import steps as optim
+from spectral_jax.lra.train.overrides import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
