@@ -66,7 +66,8 @@ def trace(list_files: bool = False) -> dict[str, set[str]]:
         if done.is_set() or event not in ("call", "return"):
             return
         path = frame.f_code.co_filename
-        if not path.startswith(root + os.sep) or "site-packages" in path:
+        if (not path.startswith(root + os.sep) or "site-packages" in path
+                or path == os.path.abspath(__file__)):
             return
         # CO_OPTIMIZED marks a function's code; module and class bodies run on import.
         if event == "call" and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
