@@ -63,7 +63,7 @@ def train_step_program(config: ml_collections.ConfigDict) -> TrainStepProgram:
     """The training step of ``config`` on one device, ready for ``step.lower(*args)``.
 
     Args:
-      config: a training config (``spectral_jax.lra.cli.train.load_config``); its task must be
+      config: a training config (``spectral_jax.lra.train.overrides.load_config``); its task must be
         single-document (ListOps, text, image, Pathfinder).
 
     Returns:
