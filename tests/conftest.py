@@ -42,7 +42,6 @@ jax.config.update("jax_disable_most_optimizations", True)
 UNIT_FILES = (
     "test_data_*.py",
     "test_bench_delta_forms.py",
-    "test_bench_dump.py",
     "test_bench_report.py",
     "test_configs_lra.py",
     "test_attention_kwargs_form.py",
