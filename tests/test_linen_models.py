@@ -52,7 +52,8 @@ def test_linen_sequence_classifier_init_apply_with_performer_features():
     train = apply(variables, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(1)})
     assert float(jnp.abs(train - logits).max()) > 1e-4
     # Without a dropout rng the bridge would reuse one fixed key every step: refused.
-    with pytest.raises(ValueError, match=r"deterministic=False needs the rng stream\(s\) 'dropout'"):
+    with pytest.raises(ValueError,
+                       match=r"deterministic=False needs the rng stream\(s\) 'dropout'"):
         apply(variables, ids, mask, deterministic=False)
 
 

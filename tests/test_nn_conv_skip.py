@@ -66,7 +66,7 @@ def test_conv_skip_changes_output_and_must_be_odd():
 
 @pytest.mark.parametrize("method", ["nystrom", "spectral_shift"])
 def test_conv_skip_takes_a_1d_mask(method):
-    # The input: a 1-D key padding mask used to fail in the conv skip.
+    # A 1-D key padding mask, broadcast by the conv skip as by the attention function.
     layer = MultiHeadAttention(2, 16, attention=method,
                                attention_kwargs={"num_landmarks": 4, "conv_kernel_size": 3},
                                rngs=nnx.Rngs(0))

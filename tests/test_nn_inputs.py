@@ -10,8 +10,13 @@ import pytest
 from flax import nnx
 from jax.experimental import checkify
 
-from spectral_jax.nn import (DualEncoderClassifier, MultiHeadAttention, SequenceClassifier,
-                             TokenEmbedding, TransformerConfig)
+from spectral_jax.nn import (
+    DualEncoderClassifier,
+    MultiHeadAttention,
+    SequenceClassifier,
+    TokenEmbedding,
+    TransformerConfig,
+)
 
 VOCAB = 10
 
