@@ -179,3 +179,14 @@ def test_sweep_command_runs_each_method_in_its_own_process(tmp_path):
     assert failed["reason"].startswith("config error") and "feature_map" in failed["reason"]
     table = json.loads((out / "table.json").read_text())
     assert [g["attention"] for g in table["groups"]] == ["linear"]
+
+
+def test_sweep_command_reports_bad_input_in_one_line(tmp_path, capsys):
+    from spectral_jax.lra import cli as entry_point
+
+    assert entry_point.main(["sweep", "--config", LISTOPS, "--attention", "nosuch",
+                             "--workdir", str(tmp_path / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spectral-jax sweep: error: --attention: 'nosuch' is not a registered "
+                          "method; known: ") and len(err.splitlines()) == 1
+    assert not (tmp_path / "sweep").exists()
