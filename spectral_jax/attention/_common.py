@@ -1,4 +1,4 @@
-"""Pieces every attention method shares: argument checks, mask reduction, per-head lifting.
+"""Pieces every attention method shares: call checks, the default scale, per-head lifting.
 
 Each method's math is written once for a single head on ``(length, head_dim)`` arrays and
 lifted here with ``jax.vmap`` over heads and batch, so the per-head code never sees a layout.
