@@ -21,7 +21,8 @@ def test_bench_speed_writes_json_table_and_plot(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=1000000")
     out = tmp_path / "speed"
     rc = cli.main(["bench", "speed", "--methods", "nystrom", "--lengths", "64", "128",
-                   "--heads", "1", "--head-dim", "8", "--budget", "num_landmarks=8", "--repeats", "1",
+                   "--heads", "1", "--head-dim", "8", "--budget", "num_landmarks=8",
+                   "--repeats", "1",
                    "--modes", "fwd", "--out", str(out)])
     assert rc == 0
     payload = json.loads((tmp_path / "speed.json").read_text())

@@ -12,8 +12,8 @@ from spectral_jax.lra import cli
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from spectral_jax.lra.train.overrides import load_config
     from spectral_jax.lra.train import train_and_evaluate
+    from spectral_jax.lra.train.overrides import load_config
 
     root = tmp_path_factory.mktemp("listops")
     config = load_config("configs/lra/listops.py:quick,attention=softmax", [

@@ -97,7 +97,8 @@ def test_add_ratios_hand_computed():
     out = {(r["method"], r["length"]): r for r in speed.add_ratios(recs)}
     assert out[("nystrom", 4096)]["time_ratio"] == pytest.approx(0.025)
     assert out[("nystrom", 4096)]["memory_ratio"] == pytest.approx(40 / 1600)
-    assert out[("softmax", 4096)]["growth_per_doubling"] == pytest.approx(4.0)  # 16× over 2 doublings
+    # 16× over 2 doublings:
+    assert out[("softmax", 4096)]["growth_per_doubling"] == pytest.approx(4.0)
     assert out[("nystrom", 4096)]["growth_per_doubling"] == pytest.approx(2.0)
     assert out[("nystrom", 8192)]["time_ratio"] is None  # exact did not run
     assert out[("nystrom", 8192)]["memory_ratio"] == pytest.approx(80 / 6400)
@@ -122,7 +123,8 @@ def test_default_memory_budget_is_half_the_available_host_ram_on_cpu(monkeypatch
     # 24 GiB resident), so only half of what is available is offered.
     monkeypatch.setattr(memory, "_available_host_bytes", lambda: 10 * 2**30)
     assert memory.default_memory_budget_bytes() == 5 * 2**30
-    assert 0 < memory._available_host_bytes() <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert 0 < memory._available_host_bytes() <= physical
 
 
 def test_head_chunk_size_reaches_the_methods_and_cuts_temporaries():

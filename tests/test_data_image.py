@@ -135,7 +135,8 @@ def test_image_missing_data_and_bad_source(tmp_path, monkeypatch) -> None:
                     .is_file(), reason="dataset-fashion-mnist is not installed")
 def test_real_fashion_mnist_from_debian_package(tmp_path) -> None:
     # An empty dir: auto falls back to the system copy, and says so.
-    with pytest.warns(UserWarning, match="no CIFAR-10 pickles in .*; source='auto' uses Fashion-MNIST"):
+    with pytest.warns(UserWarning,
+                      match="no CIFAR-10 pickles in .*; source='auto' uses Fashion-MNIST"):
         task = data.load_task("image", tmp_path)
     assert [len(s) for s in task.splits.values()] == [54000, 6000, 10000]
     chex.assert_shape(task.splits["test"].inputs, (10000, 784))

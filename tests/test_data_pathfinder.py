@@ -159,7 +159,8 @@ def test_reader_wrong_image_size(tmp_path) -> None:
 
 
 def test_unknown_difficulty_and_missing_folder(tmp_path) -> None:
-    with pytest.raises(ValueError, match="`difficulty` must be one of .*curv_contour_length_14.*; got 'hard'"):
+    with pytest.raises(ValueError,
+                       match="`difficulty` must be one of .*curv_contour_length_14.*; got 'hard'"):
         data.load_task("pathfinder", tmp_path, difficulty="hard")
     with pytest.raises(ValueError, match="`difficulty` must be one of"):
         pathfinder.generate(tmp_path, difficulty="curv_contour_length_10", num_images=2, seed=0)
@@ -172,5 +173,6 @@ def test_reader_refuses_16_bit_images(tmp_path) -> None:
     _write_release(tmp_path, [("sample_0.png", 0)])
     path = tmp_path / "pathfinder32" / "curv_baseline" / "imgs" / "0" / "sample_0.png"
     Image.fromarray(np.full((32, 32), 40000, np.uint16)).save(path)
-    with pytest.raises(ValueError, match=r"sample_0\.png has 'I;16' pixels; Pathfinder images must be 8-bit"):
+    with pytest.raises(ValueError,
+                       match=r"sample_0\.png has 'I;16' pixels; Pathfinder images must be 8-bit"):
         data.load_task("pathfinder", tmp_path, difficulty="curv_baseline")

@@ -1,4 +1,4 @@
-"""Every notebook in notebooks/ runs top to bottom at small sizes (SPECTRAL_JAX_NOTEBOOK_SMALL=1)."""
+"""Every notebook in notebooks/ runs top to bottom at small sizes (SPECTRAL_JAX_NOTEBOOK_SMALL)."""
 
 from __future__ import annotations
 

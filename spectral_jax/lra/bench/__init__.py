@@ -9,12 +9,12 @@ command (:mod:`spectral_jax.lra.cli.bench`) drives both and writes JSON and PNG 
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from spectral_jax.lra import require
 
 require()
-
-import importlib
-from typing import Any
 
 # name -> module; imported on first use so that `spectral-jax --help` does not load JAX.
 _EXPORTS = {

@@ -203,7 +203,7 @@ def markdown_table(records: Sequence[dict[str, Any]]) -> str:
     Example:
       >>> table = markdown_table([{"method": "softmax", "lower_s": 0.5, "compile_s": 4.0,
       ...                          "total_s": 4.5, "ratio": 1.0}])
-      >>> print(table.splitlines()[0][:47])
+      >>> print(table.splitlines()[0][:48])
       | method | lower (s) | compile (s) | total (s) |
       >>> print(table.splitlines()[2])
       | softmax | 0.50 | 4.00 | 4.50 | 1.00 |  |  |

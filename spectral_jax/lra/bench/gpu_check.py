@@ -129,7 +129,8 @@ def speed_part(sizes: dict[str, Any], out: str, deadline: float, say) -> dict[st
 def _listops_config(workdir: str, smoke: bool):
     from spectral_jax.lra.train.overrides import load_config
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    here = os.path.abspath(__file__)  # spectral_jax/lra/bench/gpu_check.py
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here))))
     spec = os.path.join(root, "configs", "lra", "listops.py")
     if smoke:
         overrides = ["model.num_layers=1", "model.embed_dim=16", "model.qkv_dim=16",

@@ -118,7 +118,8 @@ def make_state(
     if spec.budget is None:
         return spec.make_state(rng, budget=None, length=length, head_dim=head_dim)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise UsageError(f"{name}: `budget` ({spec.budget}) must be a positive int; got {budget!r}.")
+        raise UsageError(
+            f"{name}: `budget` ({spec.budget}) must be a positive int; got {budget!r}.")
     if spec.state == "length_projection" and linformer_init == "pool":
         return {"key_projection": _pool_projection(budget, length)}
     return spec.make_state(rng, budget=budget, length=length, head_dim=head_dim)

@@ -129,7 +129,8 @@ def speed_notes(records: Sequence[dict[str, Any]]) -> list[str]:
         worst = max(faulty, key=lambda r: r["minor_faults_per_call"])
         notes.append(
             f"{len(faulty)} timed configuration{'s' * (len(faulty) > 1)} took >= "
-            f"{FAULT_NOTE_THRESHOLD} page faults per call (most: {worst['method']} {worst['mode']} at n={worst['length']}, "
+            f"{FAULT_NOTE_THRESHOLD} page faults per call (most: {worst['method']} "
+            f"{worst['mode']} at n={worst['length']}, "
             f"{worst['minor_faults_per_call']:,.0f}): their times include the kernel "
             "zero-filling scratch buffers that the allocator (glibc malloc) returned to the OS "
             "after the previous call, so they grow faster than the work; to time without it, "

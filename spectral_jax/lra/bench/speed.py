@@ -147,8 +147,8 @@ def run_speed(
         changes (see :func:`slice_cost`); one more compile per configuration.
       progress: called with one line per event (skips included).
       **budgets: a value per budget parameter of the registry (see
-        :func:`spectral_jax.attention.budget_parameters`, e.g. ``num_landmarks=64``); a method whose parameter is
-        not given runs at its registry default.
+        :func:`spectral_jax.attention.budget_parameters`, e.g. ``num_landmarks=64``); a
+        method whose parameter is not given runs at its registry default.
 
     Returns:
       Records ``{"method", "length", "mode", "peak_bytes", "temp_bytes", "time_s" (median,

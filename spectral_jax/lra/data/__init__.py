@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from spectral_jax.lra import require
 
+# Before the submodules import the harness's dependencies: one line naming the extra.
 require()
 
-from spectral_jax.lra.data import (
+from spectral_jax.lra.data import (  # noqa: E402
     image,
     listops,
     listops_generator,
@@ -20,8 +21,8 @@ from spectral_jax.lra.data import (
     retrieval,
     text,
 )
-from spectral_jax.lra.data.batching import iterate_batches
-from spectral_jax.lra.data.registry import (
+from spectral_jax.lra.data.batching import iterate_batches  # noqa: E402
+from spectral_jax.lra.data.registry import (  # noqa: E402
     TASKS,
     TITLES,
     TaskSpec,
@@ -30,7 +31,7 @@ from spectral_jax.lra.data.registry import (
     prepare_data,
     task_options,
 )
-from spectral_jax.lra.data.task import SPLIT_NAMES, Split, Task, majority_baseline
+from spectral_jax.lra.data.task import SPLIT_NAMES, Split, Task, majority_baseline  # noqa: E402
 
 __all__ = [
     "SPLIT_NAMES",

@@ -120,8 +120,8 @@ def read_idx(path: str | os.PathLike, magic: int) -> np.ndarray:
 
     Raises:
         FileNotFoundError: if `path` is missing.
-        spectral_jax.UsageError: on a wrong magic number, a data size that disagrees with the header,
-            or a corrupt gzip stream.
+        spectral_jax.UsageError: on a wrong magic number, a data size that disagrees with
+            the header, or a corrupt gzip stream.
 
     Example:
         >>> import gzip, pathlib, tempfile
@@ -234,8 +234,8 @@ def load(
 
     Raises:
         FileNotFoundError: if the chosen source's files are missing.
-        spectral_jax.UsageError: on an unknown `source`, a non-positive `test_examples` or a malformed
-            file (named in the message).
+        spectral_jax.UsageError: on an unknown `source`, a non-positive `test_examples` or a
+            malformed file (named in the message).
 
     Example:
         >>> t = load("/nonexistent", source="fashion_mnist")  # doctest: +SKIP

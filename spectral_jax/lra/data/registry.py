@@ -165,8 +165,8 @@ def prepare_data(
         Whether data was generated.
 
     Raises:
-        spectral_jax.UsageError: ``settings`` for a task without a generator, or ``data_dir`` holding data
-          generated with other settings.
+        spectral_jax.UsageError: ``settings`` for a task without a generator, or ``data_dir``
+          holding data generated with other settings.
 
     Example:
         >>> import tempfile

@@ -55,7 +55,8 @@ def check_positive_int(owner: str, name: str, value: object) -> int:
     """Returns `value` as int, or raises naming `owner` and `name` (see `spectral_jax._checks`).
 
     Raises:
-        spectral_jax.UsageTypeError: if `value` is not an int (a bool or a float also counts as a ValueError).
+        spectral_jax.UsageTypeError: if `value` is not an int (a bool or a float), which is
+            also a ValueError.
         spectral_jax.UsageError: if `value` < 1.
 
     Example:
