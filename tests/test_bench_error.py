@@ -1,4 +1,4 @@
-"""bench error: metrics, implicit matrices and the accuracy claims of issue 6 (fixed seeds)."""
+"""bench error: metrics, implicit matrices and the accuracy orderings it reports (fixed seeds)."""
 
 from __future__ import annotations
 
@@ -161,8 +161,8 @@ def test_regimes_have_the_advertised_sharpness():
 
 @pytest.mark.parametrize("regime", inputs.REGIMES)
 def test_inputs_keep_their_dtype_with_x64_enabled(regime):
-    # The random walk used to promote to float64 inside its scan and fail under x64; its
-    # projections computed in float64 there, so x64 changed the benchmark's inputs.
+    # x64 must not change the benchmark's inputs: the random walk's scan and its projections
+    # stay in the requested dtype.
     base = inputs.make_inputs(regime, jax.random.key(0), length=16, heads=1, head_dim=4)
     with jax.enable_x64(True):
         for dtype in (jnp.float32, jnp.float64):

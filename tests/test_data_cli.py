@@ -73,8 +73,8 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path, capsys) -> None:
 
 
 def test_info_reads_the_data_as_the_config_does(tmp_path, capsys) -> None:
-    # Issue 15: the quick preset trains at 128 tokens; without the config the reader's default
-    # (2000) was shown with no word on where it came from.
+    # With --config, info reads the data at the config's length (the quick preset trains at
+    # 128 tokens), not at the reader's default (2000).
     listops_generator.generate(str(tmp_path), num_train=8, num_val=2, num_test=2, seed=0,
                                min_length=20, max_length=100, max_depth=4, max_args=4)
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
