@@ -7,7 +7,8 @@ the allocator handed back to the kernel and the kernel zero-filled again on the 
 
     python benchmarks/allocator_probe.py
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
-        MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1,retain:true python benchmarks/allocator_probe.py
+        MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1,retain:true \\
+        python benchmarks/allocator_probe.py
 """
 
 from __future__ import annotations

@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spectral_jax.lra.compiled import compiled_cost
 from spectral_jax.attention import softmax_attention, spectral_shift_attention
 from spectral_jax.lra.bench.error import relative_output_error
 from spectral_jax.lra.bench.inputs import make_inputs
+from spectral_jax.lra.compiled import compiled_cost
 
 # (row label, bench error regime, sharpness): the README's spectral-shifting rows.
 REGIMES = (
