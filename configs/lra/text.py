@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from spectral_jax.lra.train import config_lib
+from spectral_jax.lra.train import config_lib, presets
 
 _SMALL_MODEL = {**config_lib.SMALL_MODEL, "vocab_size": 257}
 
@@ -64,18 +64,5 @@ PRESETS = {"lra": LRA, "small": SMALL, "quick": QUICK}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    """The Text config for ``arg`` (see the module docstring)."""
-    a = config_lib.parse_arg(arg, **config_lib.TASK_ARGS)
-    protocol, preset = config_lib.select_preset("text", a, PRESETS)
-    model = dict(preset["model"])
-    if a.max_length is not None:
-        model["max_length"] = a.max_length
-    # The fields that depend on the method: weight dropout, causality and pooling here; its
-    # attention_kwargs (registry defaults, the preset's choices, the budget capped at
-    # max_length) in build_config.
-    model.update(config_lib.method_model_fields(a.attention, model))
-    return config_lib.build_config(
-        task="text", protocol=protocol, attention=a.attention, seed=a.seed,
-        data=preset["data"], model=model, train=preset["train"],
-        attention_overrides=preset.get("attention_kwargs", {}).get(a.attention),
-    )
+    """The Text config for ``arg`` (see the module docstring; computed by ``task_config``)."""
+    return presets.task_config("text", arg, PRESETS)
