@@ -15,7 +15,10 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+# The child compiles as the pytest workers do (conftest.py turns XLA's optimisations off), so
+# a run interrupted in the child and resumed in a worker runs the same programs bit for bit.
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
+       "JAX_DISABLE_MOST_OPTIMIZATIONS": "true"}
 
 # argv: `spectral-jax` arguments, or `--config-json FILE WORKDIR` for train_and_evaluate on a
 # config that no config file gives. STOP_SIGNAL (0: none) is sent at the batch of STOP_AT_STEP.
