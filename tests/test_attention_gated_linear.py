@@ -15,29 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from summary_cases import B, D, H, N
+from summary_cases import inputs as _inputs
+from summary_cases import key_mask as _key_mask
+from summary_cases import pair_mask as _pair_mask
 
 from spectral_jax.attention import gated_linear_attention, linear_attention
-
-B, N, H, D, M = 2, 13, 2, 4, 5
-
-
-def _inputs(seed=0, dtype=jnp.float64, n=N):
-    ks = jax.random.split(jax.random.key(seed), 5)
-    q, k, v = (jax.random.normal(r, (B, n, H, D), dtype) for r in ks[:3])
-    points = jax.random.normal(ks[3], (M, H, D), dtype)
-    gates = jax.random.uniform(ks[4], (B, n, H), dtype, 0.2, 0.95)
-    return q, k, v, points, gates
-
-
-def _key_mask(valid):
-    """(B, 1, 1, n) key padding mask from bool (B, n)."""
-    return jnp.asarray(valid)[:, None, None, :]
-
-
-def _pair_mask(valid):
-    valid = jnp.asarray(valid)
-    return valid[:, None, :, None] & valid[:, None, None, :]
-
 
 # ------------------------------------------------------------------ numpy float64 formulas
 
