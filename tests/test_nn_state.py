@@ -10,6 +10,10 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from layer_cases import B, D, E, H, L
+from layer_cases import call as _call
+from layer_cases import inputs as _inputs
+from layer_cases import padding_mask as _padding_mask
 
 from spectral_jax import attention
 from spectral_jax.nn import (
@@ -20,23 +24,6 @@ from spectral_jax.nn import (
     redraw_features,
     sinusoidal_positions,
 )
-
-B, L, E, H = 2, 8, 8, 2
-D = E // H
-
-
-@nnx.jit(static_argnames="deterministic")
-def _call(layer, x, mask=None, deterministic=True):
-    return layer(x, mask=mask, deterministic=deterministic)
-
-
-def _inputs(seed: int = 0) -> jax.Array:
-    return jax.random.normal(jax.random.key(seed), (B, L, E))
-
-
-def _padding_mask(lengths: tuple[int, ...]) -> jax.Array:
-    valid = jnp.arange(L)[None, :] < jnp.array(lengths)[:, None]
-    return nnx.make_attention_mask(valid, valid, dtype=jnp.bool_)
 
 
 def _valid() -> jax.Array:
