@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from spectral_jax.attention import available_attentions
+from spectral_jax.lra.data.registry import LRA_TASKS
 from spectral_jax.lra.train import config_lib
 from spectral_jax.lra.train import steps as optim
 from spectral_jax.lra.train.overrides import load_config
@@ -23,7 +24,7 @@ def config(task: str, arg: str = "") -> ml_collections.ConfigDict:
     return load_config(f"{ROOT}/configs/lra/{task}.py" + (f":{arg}" if arg else ""))
 
 
-@pytest.mark.parametrize("task", config_lib.TASKS)
+@pytest.mark.parametrize("task", LRA_TASKS)
 @pytest.mark.parametrize("protocol", config_lib.PROTOCOLS)
 def test_every_task_protocol_and_method_validates(task, protocol):
     for attention in available_attentions():
@@ -67,7 +68,7 @@ def test_lra_protocol_numbers():
     assert (retrieval.model.interaction, retrieval.train.schedule.warmup_steps) == ("concat", 8000)
 
 
-@pytest.mark.parametrize("task", config_lib.TASKS)
+@pytest.mark.parametrize("task", LRA_TASKS)
 def test_small_protocol_is_the_nystromformer_model(task):
     cfg = config(task, "protocol=small,attention=nystrom")
     m = cfg.model
@@ -180,7 +181,7 @@ def test_attention_kwargs_by_value(spec, expected):
     assert config(task[:-3], arg).model.attention_kwargs.to_dict() == expected
 
 
-@pytest.mark.parametrize("task", config_lib.TASKS)
+@pytest.mark.parametrize("task", LRA_TASKS)
 def test_method_dependent_model_fields(task):
     lra_dropout = config(task, "attention=softmax").model.attention_dropout_rate
     assert lra_dropout == (0.2 if task == "image" else 0.1)
@@ -197,7 +198,7 @@ def _load(spec: str, *overrides: str) -> ml_collections.ConfigDict:
     return load_config(f"{ROOT}/configs/lra/{spec}", list(overrides))
 
 
-@pytest.mark.parametrize("task", config_lib.TASKS)
+@pytest.mark.parametrize("task", LRA_TASKS)
 def test_argument_fields_override_by_re_running_get_config(task):
     for method in ("linformer", "softmax", "gated_linear"):
         switched = _load(f"{task}.py:quick", f"model.attention={method}", "train.steps=3")

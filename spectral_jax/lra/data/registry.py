@@ -17,6 +17,7 @@ from typing import Any
 
 from spectral_jax import UsageError, UsageTypeError
 from spectral_jax.lra.data import (
+    bytes_lm,
     image,
     listops,
     listops_generator,
@@ -42,6 +43,8 @@ class TaskSpec:
         generate: ``generate(out_dir, **settings)`` writes the task's files into ``out_dir``;
           None when the data must be downloaded.
         generated_file: a file ``generate`` writes; its presence means the data exists.
+        objective: what a model learns from it: ``"classification"`` (a label per example)
+          or ``"next_token"`` (a causal language model; ``spectral_jax.lra.train.objectives``).
     """
 
     name: str
@@ -49,6 +52,7 @@ class TaskSpec:
     load: Callable[..., Task]
     generate: Callable[..., Any] | None = None
     generated_file: str | None = None
+    objective: str = "classification"
 
 
 _SPECS = (
@@ -59,10 +63,13 @@ _SPECS = (
     TaskSpec("pathfinder", "Pathfinder",
              functools.partial(pathfinder.load, resolution=32, name="pathfinder")),
     TaskSpec("pathx", "Path-X", functools.partial(pathfinder.load, resolution=128, name="pathx")),
+    TaskSpec("bytes_lm", "Byte LM", bytes_lm.load, objective="next_token"),
 )
 _REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in _SPECS}
 
 TASKS = tuple(_REGISTRY)
+# The Long Range Arena's classification tasks (each has a configs/lra/<task>.py).
+LRA_TASKS = tuple(spec.name for spec in _SPECS if spec.objective == "classification")
 TITLES: dict[str, str] = {spec.name: spec.title for spec in _SPECS}
 
 
