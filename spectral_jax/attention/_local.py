@@ -93,9 +93,9 @@ def local_attention(
     head_chunk_size: int | None = None,
     **flax_kwargs: Any,
 ) -> Array:
-    """Sliding-window attention: query i attends to the valid keys j with |i − j| ≤ window.
+    """Sliding-window attention: query i attends to the valid keys j with ``|i − j| ≤ window``.
 
-        out_i = Σ_{j : |i−j| ≤ w} softmax_j(scale · q_i·k_j) v_j     (causal: i − w ≤ j ≤ i)
+        ``out_i = Σ_{j : |i−j| ≤ w} softmax_j(scale · q_i·k_j) v_j``   (causal: i − w ≤ j ≤ i)
 
     Computed in blocks of w tokens: each query block meets its own and its neighbouring key
     blocks (the previous one only, when causal), so time and memory are O(n·w·d) and no

@@ -342,8 +342,9 @@ def spectral_shift_delta(
 
     Args:
       query, key: float ``(batch..., n, heads, head_dim)``.
-      mask, scale, num_landmarks, pinv_iterations, pinv_init, shift, num_delta_rows,
-        query_seq_lengths, key_value_seq_lengths: as in :func:`spectral_shift_attention`.
+      mask: as in :func:`spectral_shift_attention`, as are ``scale``, ``num_landmarks``,
+        ``pinv_iterations``, ``pinv_init``, ``shift``, ``num_delta_rows``,
+        ``query_seq_lengths`` and ``key_value_seq_lengths``.
 
     Returns:
       float32 (or wider) ``(batch..., heads)``, 0 ≤ δ ≤ 1 (dimensionless: a weight on V).
