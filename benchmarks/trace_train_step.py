@@ -28,7 +28,7 @@ import threading
 
 def _arguments(root: str, data_dir: str, workdir: str, steps: int) -> list[str]:
     return [
-        "train", "--config", os.path.join(root, "configs/lra/listops.py:quick"),
+        "train", "--config", "lra/listops:quick",
         "--workdir", workdir,
         f"--config.data.dir={data_dir}", "--config.data.options.max_length=32",
         "--config.data.generate.num_train=64", "--config.data.generate.num_val=16",

@@ -96,7 +96,7 @@ def test_quick_listops_train_step_lowers():
     from spectral_jax.lra.bench.compile import train_step_program
     from spectral_jax.lra.train.overrides import load_config
 
-    config = load_config(os.path.join(ROOT, "configs/lra/listops.py:quick"))
+    config = load_config("lra/listops:quick")
     program = train_step_program(config)
     exported = jax.export.export(program.step, platforms=PLATFORMS)(*program.args)
     metrics = exported.out_tree.unflatten(exported.out_avals)[1]

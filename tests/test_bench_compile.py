@@ -8,7 +8,7 @@ import os
 from spectral_jax.lra import cli
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                      "configs/lra/listops.py:quick")
+                      "lra/listops:quick")
 
 
 def test_bench_compile_writes_ratios(tmp_path):

@@ -16,7 +16,7 @@ def run_dir(tmp_path_factory):
     from spectral_jax.lra.train.overrides import load_config
 
     root = tmp_path_factory.mktemp("listops")
-    config = load_config("configs/lra/listops.py:quick,attention=softmax", [
+    config = load_config("lra/listops:quick,attention=softmax", [
         f"data.dir={root / 'data'}", "data.generate.num_train=64", "data.generate.num_val=16",
         "data.generate.num_test=16", "train.steps=2", "train.eval_every=2",
         "train.log_every=1", "train.batch_size=8",

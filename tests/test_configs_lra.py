@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def config(task: str, arg: str = "") -> ml_collections.ConfigDict:
-    return load_config(f"{ROOT}/configs/lra/{task}.py" + (f":{arg}" if arg else ""))
+    return load_config(f"lra/{task}" + (f":{arg}" if arg else ""))
 
 
 @pytest.mark.parametrize("task", LRA_TASKS)
@@ -165,20 +165,20 @@ def test_causal_only_methods_get_a_causal_mean_pooled_config():
 
 
 @pytest.mark.parametrize("spec, expected", [
-    ("listops.py:quick", {"num_landmarks": 16, "pinv_iterations": 6, "shift": "paired",
-                          "num_delta_rows": None}),
-    ("listops.py:quick,attention=linformer", {"proj_len": 32}),
-    ("listops.py:quick,attention=performer", {"num_features": 64}),
-    ("listops.py:attention=linformer", {"proj_len": 256}),
-    ("listops.py:protocol=small,attention=nystrom", {"num_landmarks": 64, "pinv_iterations": 6}),
-    ("text.py:quick,attention=performer", {"num_features": 256}),
-    ("text.py:attention=nystrom,max_length=48", {"num_landmarks": 32, "pinv_iterations": 6}),
-    ("pathx.py:quick,attention=softmax", {}),
+    ("listops:quick", {"num_landmarks": 16, "pinv_iterations": 6, "shift": "paired",
+                       "num_delta_rows": None}),
+    ("listops:quick,attention=linformer", {"proj_len": 32}),
+    ("listops:quick,attention=performer", {"num_features": 64}),
+    ("listops:attention=linformer", {"proj_len": 256}),
+    ("listops:protocol=small,attention=nystrom", {"num_landmarks": 64, "pinv_iterations": 6}),
+    ("text:quick,attention=performer", {"num_features": 256}),
+    ("text:attention=nystrom,max_length=48", {"num_landmarks": 32, "pinv_iterations": 6}),
+    ("pathx:quick,attention=softmax", {}),
 ])
 def test_attention_kwargs_by_value(spec, expected):
     # The registry's defaults, the quick presets' smaller budgets, the cap at max_length.
     task, _, arg = spec.partition(":")
-    assert config(task[:-3], arg).model.attention_kwargs.to_dict() == expected
+    assert config(task, arg).model.attention_kwargs.to_dict() == expected
 
 
 @pytest.mark.parametrize("task", LRA_TASKS)
@@ -195,36 +195,36 @@ def test_method_dependent_model_fields(task):
 
 
 def _load(spec: str, *overrides: str) -> ml_collections.ConfigDict:
-    return load_config(f"{ROOT}/configs/lra/{spec}", list(overrides))
+    return load_config(f"lra/{spec}", list(overrides))
 
 
 @pytest.mark.parametrize("task", LRA_TASKS)
 def test_argument_fields_override_by_re_running_get_config(task):
     for method in ("linformer", "softmax", "gated_linear"):
-        switched = _load(f"{task}.py:quick", f"model.attention={method}", "train.steps=3")
-        direct = _load(f"{task}.py:quick,attention={method}", "train.steps=3")
+        switched = _load(f"{task}:quick", f"model.attention={method}", "train.steps=3")
+        direct = _load(f"{task}:quick,attention={method}", "train.steps=3")
         assert switched.to_dict() == direct.to_dict(), method
-    assert (_load(f"{task}.py:attention=nystrom", "model.max_length=40").to_dict()
-            == _load(f"{task}.py:attention=nystrom,max_length=40").to_dict())
-    assert (_load(f"{task}.py:quick,seed=2", "protocol=small").to_dict()
-            == _load(f"{task}.py:protocol=small,seed=2").to_dict())
+    assert (_load(f"{task}:attention=nystrom", "model.max_length=40").to_dict()
+            == _load(f"{task}:attention=nystrom,max_length=40").to_dict())
+    assert (_load(f"{task}:quick,seed=2", "protocol=small").to_dict()
+            == _load(f"{task}:protocol=small,seed=2").to_dict())
 
 
 def test_overrides_after_the_argument_are_kept_in_any_order():
-    cfg = _load("listops.py:quick", "model.attention_kwargs.proj_len=8",
+    cfg = _load("listops:quick", "model.attention_kwargs.proj_len=8",
                 "model.attention=linformer", "model.max_length=64")
     assert cfg.model.attention_kwargs.to_dict() == {"proj_len": 8}
     assert cfg.model.max_length == 64
-    assert (_load("listops.py:quick", "model.attention='nystrom'").to_dict()
-            == _load("listops.py:quick,attention=nystrom").to_dict())
-    cfg = _load("listops.py:quick", "model.attention_kwargs.num_delta_rows=4")
+    assert (_load("listops:quick", "model.attention='nystrom'").to_dict()
+            == _load("listops:quick,attention=nystrom").to_dict())
+    cfg = _load("listops:quick", "model.attention_kwargs.num_delta_rows=4")
     assert cfg.model.attention_kwargs.num_delta_rows == 4  # a None field takes a literal
 
 
 def test_the_loaded_config_is_the_whole_config():
     import json
 
-    cfg = _load("listops.py:quick", "model.attention=nystrom")
+    cfg = _load("listops:quick", "model.attention=nystrom")
     # No state beyond the fields: the same attributes as an empty ConfigDict, and its JSON
     # rebuilds an equal config.
     assert set(vars(cfg)) == set(vars(ml_collections.ConfigDict()))
@@ -247,7 +247,7 @@ def test_the_loaded_config_is_the_whole_config():
 ])
 def test_bad_overrides_name_the_field_the_value_and_what_is_allowed(override, message):
     with pytest.raises(config_lib.UsageError, match=message):
-        _load("listops.py:quick", override)
+        _load("listops:quick", override)
 
 
 def test_with_arguments_replaces_the_named_items():

@@ -77,17 +77,16 @@ def test_info_reads_the_data_as_the_config_does(tmp_path, capsys) -> None:
     # 128 tokens), not at the reader's default (2000).
     listops_generator.generate(str(tmp_path), num_train=8, num_val=2, num_test=2, seed=0,
                                min_length=20, max_length=100, max_depth=4, max_args=4)
-    root = __import__("pathlib").Path(__file__).resolve().parents[1]
-    assert entry_point.main(["data", "info", "--config", f"{root}/configs/lra/listops.py:quick",
+    assert entry_point.main(["data", "info", "--config", "lra/listops:quick",
                              f"--config.data.dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
-    assert f"max_length 128 (the config {root}/configs/lra/listops.py:quick)" in out
+    assert "max_length 128 (the config lra/listops:quick)" in out
     assert "inputs (8, 128)" in out
     assert entry_point.main(["data", "info", "listops", "--data-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "max_length 2000 (the reader's default; a config may read at another length" in out
     assert entry_point.main(["data", "info", "text", "--config",
-                             f"{root}/configs/lra/listops.py:quick"]) == 2
+                             "lra/listops:quick"]) == 2
     assert "task 'text' differs from the config's task 'listops'" in capsys.readouterr().err
     assert entry_point.main(["data", "info", "listops"]) == 2
     assert "give TASK and --data-dir, or --config" in capsys.readouterr().err

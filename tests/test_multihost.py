@@ -35,7 +35,7 @@ def _free_port() -> int:
 def _train_command(data_dir: Path, workdir: Path, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "spectral_jax.lra.cli", "train",
-        f"--config={ROOT / 'configs/lra/listops.py'}:quick,attention=nystrom",
+        "--config=lra/listops:quick,attention=nystrom",
         f"--config.data.dir={data_dir}",
         f"--config.train.steps={STEPS}",
         "--config.train.batch_size=8",

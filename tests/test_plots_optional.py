@@ -9,7 +9,6 @@ from __future__ import annotations
 import doctest
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,7 @@ from spectral_jax.lra import cli
 from spectral_jax.lra import plotting as _plotting
 from spectral_jax.lra.train import sweep
 
-LISTOPS = f"{Path(__file__).resolve().parents[1]}/configs/lra/listops.py:quick"
+LISTOPS = "lra/listops:quick"
 
 def _line(path) -> str:
     return (f"skipped the plot {path}: matplotlib is not installed "

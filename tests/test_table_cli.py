@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _preset(method: str = "softmax") -> dict:
     return recorded_config(
-        load_config(f"{ROOT}/configs/lra/listops.py:quick,attention={method}")).to_dict()
+        load_config(f"lra/listops:quick,attention={method}")).to_dict()
 
 
 def _record(method="softmax", seed=0, accuracy=0.4, config=None, run=None, **extra):

@@ -16,7 +16,7 @@ from spectral_jax.lra.train.report import Reporter
 from spectral_jax.lra.train.table import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
-LISTOPS = f"{ROOT}/configs/lra/listops.py"
+LISTOPS = "lra/listops"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -169,61 +169,61 @@ def test_summary_line_is_not_wrapped_when_not_a_terminal(capsys):
 
 
 def test_config_command_prints_the_config_a_run_records(capsys):
-    assert entry_point.main(["config", f"{ROOT}/configs/lra/listops.py:quick",
+    assert entry_point.main(["config", "lra/listops:quick",
                      "--config.train.steps=10", "--config.data.dir", "elsewhere"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["train"]["steps"] == 10 and printed["task"] == "listops"
     assert printed["data"]["dir"] == str(Path("elsewhere").resolve())
     assert printed["model"]["attention_kwargs"] == {
         "num_landmarks": 16, "pinv_iterations": 6, "shift": "paired", "num_delta_rows": None}
-    assert entry_point.main(["config", f"{ROOT}/configs/lra/listops.py:quick",
+    assert entry_point.main(["config", "lra/listops:quick",
                      "--config.train.steps=0"]) == 2
     assert "train.steps" in capsys.readouterr().err
 
 
 def _load(spec: str, *overrides: str):
-    return cli.load_config(f"{ROOT}/configs/lra/{spec}", list(overrides))
+    return cli.load_config(f"lra/{spec}", list(overrides))
 
 
 def test_budgets_are_capped_after_length_overrides():
     # At 100 tokens every budget is capped at 64, not the preset's 256/128.
     for method, budget in (("linformer", "proj_len"), ("performer", "num_features"),
                            ("skyformer", "num_landmarks")):
-        cfg = _load(f"text.py:attention={method},protocol=small",
+        cfg = _load(f"text:attention={method},protocol=small",
                     "data.options.max_length=100", "model.max_length=100")
         assert cfg.model.attention_kwargs[budget] == 64, method
     # A preset's own choice stays when the length grows; a capped default comes back.
-    assert _load("listops.py:quick,attention=performer",
+    assert _load("listops:quick,attention=performer",
                  "model.max_length=1000").model.attention_kwargs.num_features == 64
-    assert _load("listops.py:quick,attention=skyformer",
+    assert _load("listops:quick,attention=skyformer",
                  "model.max_length=40").model.attention_kwargs.num_landmarks == 16
-    assert _load("listops.py:attention=performer,protocol=small",
+    assert _load("listops:attention=performer,protocol=small",
                  "model.max_length=48").model.attention_kwargs.num_features == 32
     # An explicit value is the user's: kept as given, whatever the cap and the order.
-    cfg = _load("text.py:attention=nystrom,protocol=small",
+    cfg = _load("text:attention=nystrom,protocol=small",
                 "model.attention_kwargs.num_landmarks=512", "model.max_length=100")
     assert cfg.model.attention_kwargs.num_landmarks == 512
 
 
 def test_switching_the_method_by_override_equals_the_config_argument():
     for method in ("linformer", "softmax", "nystrom"):
-        for preset in ("text.py:protocol=small", "listops.py:quick"):
+        for preset in ("text:protocol=small", "listops:quick"):
             switched = _load(preset, f"model.attention={method}").to_dict()
             direct = _load(f"{preset},attention={method}").to_dict()
             assert switched == direct, (method, preset)
-    cfg = _load("listops.py:quick", "model.attention_kwargs.proj_len=8",
+    cfg = _load("listops:quick", "model.attention_kwargs.proj_len=8",
                 "model.attention=linformer")
     assert cfg.model.attention_kwargs.to_dict() == {"proj_len": 8}
-    cfg = _load("text.py:protocol=small", "model.attention=softmax",
+    cfg = _load("text:protocol=small", "model.attention=softmax",
                 "model.attention_dropout_rate=0.3")
     assert cfg.model.attention_dropout_rate == 0.3
 
 
 def test_overrides_are_parsed_by_the_fields_type(capsys):
     for raw in ("2024", "True", "1e3", "none", "[1, 2]"):
-        assert _load("listops.py:quick", f"data.dir={raw}").data.dir == raw
-    assert _load("listops.py:quick", "data.dir='my data'").data.dir == "my data"
-    cfg = _load("listops.py:quick", "train.steps=1e3", "train.eval_batch_size=64",
+        assert _load("listops:quick", f"data.dir={raw}").data.dir == raw
+    assert _load("listops:quick", "data.dir='my data'").data.dir == "my data"
+    cfg = _load("listops:quick", "train.steps=1e3", "train.eval_batch_size=64",
                 "model.use_bias=no", "model.dropout_rate=1e-1", "train.grad_clip_norm=2",
                 "model.attention_kwargs.pinv_iterations=8")
     assert (cfg.train.steps, cfg.train.eval_batch_size, cfg.model.use_bias) == (1000, 64, False)
@@ -237,9 +237,9 @@ def test_overrides_are_parsed_by_the_fields_type(capsys):
             ("model.attention_kwargs.proj_len=3",
              "takes no 'proj_len'.*parameter of \\['linformer'\\]")):
         with pytest.raises(ValueError, match=message):
-            _load("listops.py:quick", override)
+            _load("listops:quick", override)
     # A None where the field needs a value: the check names the field.
-    assert entry_point.main(["config", f"{ROOT}/configs/lra/listops.py:quick",
+    assert entry_point.main(["config", "lra/listops:quick",
                      "--config.train.steps=none"]) == 2
     assert "`train.steps`" in capsys.readouterr().err
 
@@ -247,9 +247,9 @@ def test_overrides_are_parsed_by_the_fields_type(capsys):
 def test_method_parameter_at_the_model_level_suggests_attention_kwargs():
     with pytest.raises(ValueError, match="no field 'model.num_landmarks'.*"
                        r"--config\.model\.attention_kwargs\.num_landmarks=VALUE$"):
-        _load("listops.py:quick", "model.num_landmarks=8")
+        _load("listops:quick", "model.num_landmarks=8")
     with pytest.raises(ValueError, match="attention_kwargs.num_features=VALUE with a method "
                        "that takes it \\(performer"):
-        _load("listops.py:quick", "model.num_features=8")
+        _load("listops:quick", "model.num_features=8")
     with pytest.raises(ValueError, match="did you mean model.embed_dim"):
-        _load("listops.py:quick", "model.embed_dims=8")
+        _load("listops:quick", "model.embed_dims=8")

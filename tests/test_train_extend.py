@@ -24,7 +24,7 @@ from spectral_jax.lra.train.run import open_for_training
 from spectral_jax.lra.train.steps import make_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC = f"{ROOT}/configs/lra/listops.py:quick,attention=softmax"
+SPEC = "lra/listops:quick,attention=softmax"
 
 
 def _overrides(data_dir: Path, steps: int, schedule: str) -> list[str]:

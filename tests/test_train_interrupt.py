@@ -30,7 +30,7 @@ from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.lra.train.report import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC = f"{ROOT}/configs/lra/listops.py:quick,attention=softmax"
+SPEC = "lra/listops:quick,attention=softmax"
 
 
 def _overrides(data_dir: Path, steps: int = 8) -> list[str]:
@@ -142,7 +142,7 @@ def test_sweep_names_a_run_stopped_by_a_signal_sent_to_it_alone():
 def test_sweep_forwards_the_signal_and_stops_after_the_run_saved(tmp_path):
     sweep_dir = tmp_path / "sweep"
     command = [sys.executable, "-m", "spectral_jax.lra.cli", "sweep", "--config",
-               f"{ROOT}/configs/lra/listops.py:quick", "--attention", "softmax,linear",
+               "lra/listops:quick", "--attention", "softmax,linear",
                "--seeds", "0", "--workdir", str(sweep_dir),
                *(f"--config.{o}" for o in _overrides(tmp_path / "listops", steps=100000)),
                "--config.train.log_every=1", "--config.train.eval_every=100000"]

@@ -49,7 +49,7 @@ def tiny_config(task: str, data_dir: Path, *extra: str, attention: str = "spectr
         "train.log_every=1", "train.eval_steps=-1", "train.schedule.warmup_steps=1",
         *TINY_MODEL, *extra,
     ]
-    cfg = load_config(f"{ROOT}/configs/lra/{task}.py:quick,attention={attention}", overrides)
+    cfg = load_config(f"lra/{task}:quick,attention={attention}", overrides)
     for key in ("num_landmarks", "num_features", "proj_len"):
         if key in cfg.model.attention_kwargs:
             cfg.model.attention_kwargs[key] = 4

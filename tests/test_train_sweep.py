@@ -24,7 +24,7 @@ from spectral_jax.lra.cli import train as cli
 from spectral_jax.lra.train import sweep
 
 ROOT = Path(__file__).resolve().parents[1]
-LISTOPS = f"{ROOT}/configs/lra/listops.py:quick"
+LISTOPS = "lra/listops:quick"
 _ITERATE = data.iterate_batches
 
 

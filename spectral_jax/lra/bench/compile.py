@@ -26,7 +26,7 @@ from spectral_jax import UsageError
 from spectral_jax.attention import BASELINE, available_attentions
 
 # The configuration `bench compile` and the accelerator-lowering test use by default.
-DEFAULT_CONFIG = "configs/lra/listops.py:quick"
+DEFAULT_CONFIG = "lra/listops:quick"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +74,7 @@ def train_step_program(config: ml_collections.ConfigDict) -> TrainStepProgram:
 
     Example:
       >>> from spectral_jax.lra.train.overrides import load_config
-      >>> prog = train_step_program(load_config("configs/lra/listops.py:quick,attention=local"))
+      >>> prog = train_step_program(load_config("lra/listops:quick,attention=local"))
       >>> prog.args[2]["inputs"].shape
       (32, 128)
     """

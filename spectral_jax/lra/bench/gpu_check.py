@@ -129,9 +129,7 @@ def speed_part(sizes: dict[str, Any], out: str, deadline: float, say) -> dict[st
 def _listops_config(workdir: str, smoke: bool):
     from spectral_jax.lra.train.overrides import load_config
 
-    here = os.path.abspath(__file__)  # spectral_jax/lra/bench/gpu_check.py
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here))))
-    spec = os.path.join(root, "configs", "lra", "listops.py")
+    spec = "lra/listops"
     if smoke:
         overrides = ["model.num_layers=1", "model.embed_dim=16", "model.qkv_dim=16",
                      "model.mlp_dim=32", "model.num_heads=2", "model.max_length=64",

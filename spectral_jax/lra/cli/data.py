@@ -54,7 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     info.add_argument("--data-dir", default=None, help="default: the config's data.dir")
     info.add_argument("--config", default=None, metavar="FILE.py[:ARG]",
                       help="read the data as this training config does, e.g. "
-                      "configs/lra/listops.py:quick")
+                      "lra/listops:quick")
     info.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                       help="task option, e.g. max_length=1000 (value parsed as JSON if it can "
                       "be); overrides the config's data.options")

@@ -1,11 +1,11 @@
 """``spectral-jax train | config | eval | table``: the training subcommands.
 
-    spectral-jax train --config configs/lra/listops.py:quick --workdir runs/listops_quick
-    spectral-jax train --config configs/lra/text.py:attention=nystrom,protocol=small \\
+    spectral-jax train --config lra/listops:quick --workdir runs/listops_quick
+    spectral-jax train --config lra/text:attention=nystrom,protocol=small \\
         --config.train.steps=200 --config.data.dir=/data/lra_release --workdir runs/text_nys
     spectral-jax eval --workdir runs/listops_quick [--checkpoint best|latest|STEP] [--split test]
     spectral-jax table runs/*
-    spectral-jax config configs/lra/listops.py:quick --config.train.steps=10
+    spectral-jax config lra/listops:quick --config.train.steps=10
 
 ``--config FILE.py[:ARG]`` calls ``get_config(ARG)`` of the file; every ``--config.a.b=VALUE``
 then overrides one field (VALUE parsed by the field's type), as with
@@ -37,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--config.FIELD=VALUE arguments override config fields.",
     )
     train.add_argument("--config", required=True, help="FILE.py[:ARG], e.g. "
-                       "configs/lra/listops.py:quick or ...:attention=nystrom,protocol=small")
+                       "lra/listops:quick or ...:attention=nystrom,protocol=small")
     train.add_argument("--workdir", required=True, help="run directory (checkpoints, logs)")
     train.add_argument("--overwrite", action="store_true",
                        help="delete a previous run with another config in --workdir")
@@ -59,7 +59,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "and prints the JSON that `train` would write to WORKDIR/config.json.",
     )
     show.add_argument("config", metavar="FILE.py[:ARG]",
-                      help="e.g. configs/lra/listops.py:quick")
+                      help="e.g. lra/listops:quick")
     show.set_defaults(func=_show_config, config_overrides=[])
     _accept_config_overrides(show)
 

@@ -36,7 +36,7 @@ class TaskSpec:
     """One task: how to read it and, when it can be made locally, how to generate it.
 
     Attributes:
-        name: registry name (``configs/lra/<name>.py``, ``config.task``).
+        name: registry name (its config ``lra/<name>``, ``config.task``).
         title: the name used in tables (``"Path-X"``).
         load: ``load(data_dir, **options) -> Task``; its keyword-only parameters are the task's
           options (:func:`task_options`).
@@ -68,7 +68,7 @@ _SPECS = (
 _REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in _SPECS}
 
 TASKS = tuple(_REGISTRY)
-# The Long Range Arena's classification tasks (each has a configs/lra/<task>.py).
+# The Long Range Arena's classification tasks (each has a config, lra/<task>).
 LRA_TASKS = tuple(spec.name for spec in _SPECS if spec.objective == "classification")
 TITLES: dict[str, str] = {spec.name: spec.title for spec in _SPECS}
 

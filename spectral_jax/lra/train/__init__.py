@@ -1,7 +1,8 @@
 """LRA training: configs, the run lifecycle, the loop, checkpoints, sweeps and tables.
 
 ``train_and_evaluate(config, workdir)`` is the entry point, as in the Flax examples; configs
-come from ``configs/lra/*.py`` (see :mod:`spectral_jax.lra.train.config_lib`), loaded with
+are ``lra/<task>`` in ``spectral_jax/lra/configs`` (see
+:mod:`spectral_jax.lra.train.config_lib`), loaded with
 ``--config.FIELD=VALUE`` overrides by :func:`spectral_jax.lra.train.overrides.load_config`. A
 run is opened by ``open_for_training`` or ``restore_for_evaluation``
 (:mod:`spectral_jax.lra.train.run`). The names are imported lazily so that

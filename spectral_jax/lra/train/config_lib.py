@@ -1,4 +1,4 @@
-"""What the LRA config files (``configs/lra/<task>.py``, one per task) share, in the style of
+"""What the LRA configs (``lra/<task>`` in ``spectral_jax.lra.configs``) share, in the style of
 big_vision's ``configs/common.py``: the parser of
 ``get_config("attention=nystrom,protocol=small")``, the method-dependent values a config file
 computes (attention defaults from the registry, budget caps, dropout and causal fields) and the
@@ -38,15 +38,16 @@ SMALL_OPTIMIZER: dict[str, Any] = {
 QUICK_OPTIMIZER: dict[str, Any] = {
     "learning_rate": 1e-3, "b1": 0.9, "b2": 0.98, "eps": 1e-9, "weight_decay": 0.01}
 
-# The argument every configs/lra file takes: ``attention=<method>``, ``protocol=lra|small|quick``
+# The argument every lra/<task> config takes: ``attention=<method>``, ``protocol=lra|small|quick``
 # (the bare word ``quick`` is ``protocol=quick``), ``seed=<int>`` and ``max_length=<int>`` (the
 # model's length; None keeps the protocol's, and budgets are capped at it).
 TASK_ARGS: dict[str, Any] = {
     "attention": "spectral_shift", "protocol": "lra", "quick": False, "seed": 0,
     "max_length": int,
 }
-# Config fields that a configs/lra argument determines: an override of one re-runs get_config
-# with that argument (fields derived from it follow) instead of setting the field alone.
+# Config fields that an lra/<task> config's argument determines: an override of one re-runs
+# get_config with that argument (fields derived from it follow) instead of setting the field
+# alone.
 ARG_FIELDS: dict[str, str] = {
     "model.attention": "attention", "model.max_length": "max_length", "protocol": "protocol",
 }
@@ -168,7 +169,7 @@ def build_config(
           arguments, used when ``dir`` is missing).
         model: fields of :class:`spectral_jax.nn.TransformerConfig` except ``vocab_size`` and
           ``num_classes`` when they come from the data (None = take the task's).
-        train: loop settings; see ``configs/lra/listops.py`` for every key.
+        train: loop settings; see the config ``lra/listops`` for every key.
         attention_overrides: method parameters replacing the defaults (the budget is still
           capped at ``model["max_length"]``).
 
@@ -316,7 +317,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise UsageError(
             f"model.attention_kwargs has {unknown}, which attention={model.attention!r} does not "
             f"take (allowed: {sorted(allowed)}). To switch a preset to another method, use the "
-            f"config argument, e.g. configs/lra/{config.task}.py:attention={model.attention} "
+            f"config argument, e.g. --config lra/{config.task}:attention={model.attention} "
             f"(or --config.model.attention={model.attention}, which re-runs get_config with it), "
             "which brings that method's own attention_kwargs"
         )
@@ -339,7 +340,7 @@ def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:
     if spec.causal_only and not causal:
         raise UsageError(
             f"attention={spec.name!r} is causal only: set model.is_causal=True (the "
-            f"configs/lra presets do it) with model.pooling='mean'")
+            f"lra/<task> presets do it) with model.pooling='mean'")
     if causal and not spec.supports_causal:
         raise UsageError(f"model.is_causal=True but attention={spec.name!r} has no causal form")
     if causal and model.pooling == "cls":

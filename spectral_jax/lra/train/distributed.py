@@ -15,7 +15,7 @@ and orbax coordinates the checkpoint writes. Example with two hosts::
 
     # on host 0 and host 1 (i = 0, 1):
     JAX_COORDINATOR_ADDRESS=10.0.0.1:1234 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=$i \\
-      spectral-jax train --distributed --config configs/lra/text.py --workdir gs://bucket/run
+      spectral-jax train --distributed --config lra/text --workdir gs://bucket/run
 """
 
 from __future__ import annotations

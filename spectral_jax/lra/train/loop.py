@@ -55,7 +55,7 @@ def train_and_evaluate(
     (see :mod:`spectral_jax.lra.train.interrupt`); resuming continues bit-exact.
 
     Args:
-        config: a config from ``configs/lra/*.py`` (see :mod:`spectral_jax.lra.train.config_lib`).
+        config: a config such as ``lra/listops`` (see :mod:`spectral_jax.lra.train.config_lib`).
         workdir: run directory (created). Holding a different config, it is refused.
         overwrite: delete a previous run's files in ``workdir`` first.
         extend: continue the run in ``workdir`` to ``config.train.steps``, more steps than it
@@ -81,8 +81,8 @@ def train_and_evaluate(
         TrainingInterrupted: SIGINT or SIGTERM; the step it names is checkpointed.
 
     Example:
-        ``spectral-jax train --config configs/lra/listops.py:quick --workdir runs/x`` calls
-        ``train_and_evaluate(load_config("configs/lra/listops.py:quick"), "runs/x")``;
+        ``spectral-jax train --config lra/listops:quick --workdir runs/x`` calls
+        ``train_and_evaluate(load_config("lra/listops:quick"), "runs/x")``;
         tests/test_train_loop.py runs it on tiny data.
     """
     run = run_lib.open_for_training(config, workdir, overwrite=overwrite, extend=extend)

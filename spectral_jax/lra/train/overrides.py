@@ -1,5 +1,9 @@
 """``--config.FIELD=VALUE`` overrides of a config file's ``get_config(arg)``.
 
+``--config`` names a config shipped in :mod:`spectral_jax.lra.configs` (``lra/listops:quick``
+is ``spectral_jax/lra/configs/lra/listops.py`` with the argument ``quick``) or the path of any
+file that defines ``get_config(arg)`` (``my_config.py:quick``); a path that exists wins.
+
 An override of a field that the file's argument determines (:data:`config_lib.ARG_FIELDS`:
 ``model.attention``, ``model.max_length``, ``protocol``) re-runs ``get_config`` with that
 argument, so ``--config.model.attention=X`` is ``FILE.py:...,attention=X`` and every field that
@@ -18,28 +22,34 @@ from __future__ import annotations
 
 import ast
 import difflib
+import importlib
+import importlib.resources
 import importlib.util
 import inspect
 import os
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import ml_collections
 from ml_collections.config_flags import config_path
 
-from spectral_jax import UsageError
+from spectral_jax import UnknownNameError, UsageError
 from spectral_jax.lra.train import config_lib
 
+# The package that holds the shipped configs (``--config lra/listops`` names one of them).
+CONFIG_PACKAGE = "spectral_jax.lra.configs"
 _KWARGS = "model.attention_kwargs."
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _MISSING = (KeyError, AttributeError, IndexError, TypeError)
 
 
 def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDict:
-    """Loads ``FILE.py[:ARG]`` and applies ``a.b=VALUE`` overrides.
+    """Loads ``NAME[:ARG]`` or ``FILE.py[:ARG]`` and applies ``a.b=VALUE`` overrides.
 
     Args:
-        spec: path of a config file defining ``get_config(arg)``, optionally ``:arg``.
+        spec: a shipped config's name (``lra/listops``, see :func:`available_configs`) or the
+          path of a config file defining ``get_config(arg)``, optionally followed by ``:arg``.
         overrides: ``"a.b=VALUE"`` strings, each parsed by its field's type; one that sets
           ``model.attention`` or ``model.max_length`` re-runs ``get_config`` with that argument
           (see the module docstring).
@@ -48,24 +58,68 @@ def load_config(spec: str, overrides: list[str] = ()) -> ml_collections.ConfigDi
         The config.
 
     Raises:
-        FileNotFoundError: no such config file.
+        FileNotFoundError: a path ending in ``.py`` with no file there.
+        spectral_jax.UnknownNameError: a name that is neither a file nor a shipped config (the
+          message lists the shipped ones).
         spectral_jax.UsageError: a file without ``get_config``, a malformed override, an
           unknown field or a value of the wrong type.
 
     Example:
-        >>> cfg = load_config("configs/lra/listops.py:quick", ["train.steps=10"])
+        >>> cfg = load_config("lra/listops:quick", ["train.steps=10"])
         >>> cfg.train.steps
         10
     """
     path, _, arg = spec.partition(":")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--config {spec!r}: no config file at {path!r}")
-    module_spec = importlib.util.spec_from_file_location("_spectral_jax_config", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    module = config_module(path, spec)
     if not hasattr(module, "get_config"):
         raise UsageError(f"--config {spec!r}: {path} defines no get_config(arg)")
     return load(module.get_config, arg or None, overrides)
+
+
+def available_configs() -> list[str]:
+    """The names of the configs shipped in ``spectral_jax.lra.configs``: ``group/name``.
+
+    Example:
+        >>> "lra/listops" in available_configs()
+        True
+    """
+    root = importlib.resources.files(CONFIG_PACKAGE)
+    return sorted(f"{group.name}/{entry.name[:-3]}" for group in root.iterdir()
+                  if group.is_dir() and not group.name.startswith("_")
+                  for entry in group.iterdir()
+                  if entry.name.endswith(".py") and not entry.name.startswith("_"))
+
+
+def config_module(path: str, spec: str | None = None) -> types.ModuleType:
+    """The config module that ``path`` (``--config``'s part before ``:``) names.
+
+    An existing file is loaded from its path; otherwise ``path`` is the name of a shipped
+    config (``lra/listops`` is ``spectral_jax/lra/configs/lra/listops.py``).
+
+    Raises:
+        FileNotFoundError: ``path`` ends in ``.py`` and no file is there.
+        spectral_jax.UnknownNameError: ``path`` is not a shipped config's name.
+
+    Example:
+        >>> config_module("lra/listops").__name__
+        'spectral_jax.lra.configs.lra.listops'
+    """
+    spec = path if spec is None else spec
+    if os.path.isfile(path):
+        module_spec = importlib.util.spec_from_file_location("_spectral_jax_config", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        return module
+    names = available_configs()
+    if path in names:
+        return importlib.import_module(f"{CONFIG_PACKAGE}.{path.replace('/', '.')}")
+    shipped = [name for name in names if path.endswith(f"{name}.py")]
+    hint = f"; the shipped config is --config {shipped[0]}" if shipped else ""
+    if path.endswith(".py"):
+        raise FileNotFoundError(f"--config {spec!r}: no config file at {path!r}{hint} "
+                                f"(shipped configs: {', '.join(names)})")
+    raise UnknownNameError(f"--config {spec!r}: {path!r} is neither a config file nor a "
+                           f"shipped config; shipped configs: {', '.join(names)}")
 
 
 def load(get_config: Callable[[str | None], ml_collections.ConfigDict], arg: str | None,
@@ -91,10 +145,8 @@ def load(get_config: Callable[[str | None], ml_collections.ConfigDict], arg: str
           cannot take, or a method parameter the method does not take.
 
     Example:
-        >>> import importlib.util
-        >>> spec = importlib.util.spec_from_file_location("listops", "configs/lra/listops.py")
-        >>> module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
-        >>> cfg = load(module.get_config, "quick", ["model.attention=linformer", "data.dir=2024"])
+        >>> get_config = config_module("lra/listops").get_config
+        >>> cfg = load(get_config, "quick", ["model.attention=linformer", "data.dir=2024"])
         >>> cfg.model.attention_kwargs.to_dict(), cfg.data.dir
         ({'proj_len': 32}, '2024')
     """

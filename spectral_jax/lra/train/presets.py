@@ -1,4 +1,4 @@
-"""From a task's presets to its config: what every ``configs/lra/<task>.py`` computes.
+"""From a task's presets to its config: what every config ``lra/<task>`` computes.
 
 A config file holds its task's presets (one per protocol) and calls :func:`task_config`; the
 ConfigDict returned is the whole config, nothing is derived after loading.
@@ -32,8 +32,8 @@ def task_config(task: str, arg: str | None,
         spectral_jax.UsageError: an unknown argument key, method or protocol.
 
     Example:
-        >>> import runpy
-        >>> presets = runpy.run_path("configs/lra/listops.py")["PRESETS"]
+        >>> from spectral_jax.lra.configs.lra import listops
+        >>> presets = listops.PRESETS
         >>> config = task_config("listops", "quick,attention=nystrom", presets)
         >>> config.model.attention_kwargs.to_dict()
         {'num_landmarks': 16, 'pinv_iterations': 6}

@@ -1,6 +1,6 @@
 """``spectral-jax sweep``: every (method, seed) of one config trained, evaluated and tabulated.
 
-    spectral-jax sweep --config configs/lra/image.py:quick --attention all --seeds 0 1 \\
+    spectral-jax sweep --config lra/image:quick --attention all --seeds 0 1 \\
         --workdir runs/image_sweep [--config.train.steps=200 ...]
 
 Each pair gets its own run folder ``DIR/<method>-seed<k>``, trained by ``spectral-jax train``
@@ -164,7 +164,7 @@ def run_sweep(
           raises :class:`spectral_jax.lra.train.interrupt.Interrupted` after it.
 
     Example:
-        >>> # run_sweep("configs/lra/listops.py:quick", ("softmax", "nystrom"), [0, 1], "sw")
+        >>> # run_sweep("lra/listops:quick", ("softmax", "nystrom"), [0, 1], "sw")
     """
     # Imported here like the module's other training imports: plan() and tables need no jax.
     from spectral_jax.lra.train.workdir import config_mismatch

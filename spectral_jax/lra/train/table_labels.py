@@ -2,12 +2,12 @@
 
 A run records its whole config, and its ``protocol`` names the preset it started from. The
 protocol alone is the label only when the config is that preset unchanged: the preset is
-rebuilt from the task's config file (``configs/lra/<task>.py``, looked up in the working
-directory, then in the repository that holds the package) for the run's method, and the
-fields that differ are named, e.g. ``nystrom (quick, steps=300)``, or counted past two:
-``nystrom (quick, custom: 5 fields)``. Fields one side lacks (added or removed since the run),
-fields the preset leaves None (filled in from the data at train time) and ``data.dir`` (where
-the data lies, not what it is) are not differences. Without the config file the label says
+rebuilt from the task's shipped config (``lra/<task>``, in :mod:`spectral_jax.lra.configs`)
+for the run's method, and the fields that differ are named, e.g.
+``nystrom (quick, steps=300)``, or counted past two: ``nystrom (quick, custom: 5 fields)``.
+Fields one side lacks (added or removed since the run), fields the preset leaves None (filled
+in from the data at train time) and ``data.dir`` (where the data lies, not what it is) are
+not differences. Without the config file the label says
 so: ``nystrom (quick, preset not found)``. A run recorded without its config keeps
 ``nystrom (quick)``.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import pathlib
 from typing import Any
 
@@ -89,18 +88,14 @@ def _text(value: Any) -> str:
 
 
 def config_file(task: str) -> pathlib.Path | None:
-    """The task's config file: ``configs/lra/<task>.py`` here, else in the package's repository.
+    """The task's shipped config file, ``spectral_jax/lra/configs/lra/<task>.py``, or None.
 
     Example:
         >>> config_file("listops").name
         'listops.py'
     """
-    relative = pathlib.Path("configs", "lra", f"{task}.py")
-    repository = pathlib.Path(__file__).resolve().parents[3]
-    for path in (pathlib.Path(os.getcwd()) / relative, repository / relative):
-        if path.is_file():
-            return path
-    return None
+    path = pathlib.Path(__file__).resolve().parents[1] / "configs" / "lra" / f"{task}.py"
+    return path if path.is_file() else None
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Text (LRA): byte-level IMDB sentiment classification (2 classes).
 
-    spectral-jax train --config configs/lra/text.py:attention=nystrom,protocol=small \\
+    spectral-jax train --config lra/text:attention=nystrom,protocol=small \\
         --config.data.dir=/data/imdb --workdir runs/text_nys
 
 Arguments after ``:``: ``attention=<registry name>`` (default ``spectral_shift``),

@@ -1,7 +1,7 @@
 """ListOps (LRA): 10-way classification of nested MAX/MIN/MED/SUM_MOD expressions.
 
-    spectral-jax train --config configs/lra/listops.py:quick --workdir runs/listops_quick
-    spectral-jax train --config configs/lra/listops.py:attention=nystrom,protocol=small \\
+    spectral-jax train --config lra/listops:quick --workdir runs/listops_quick
+    spectral-jax train --config lra/listops:attention=nystrom,protocol=small \\
         --config.data.dir=/data/lra_release/listops-1000 --workdir runs/listops_nys
 
 Arguments after ``:`` (comma separated): ``attention=<registry name>`` (default

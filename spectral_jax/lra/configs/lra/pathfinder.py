@@ -1,6 +1,6 @@
 """Pathfinder (LRA): are the two dots of a 32x32 image joined by a dashed path? (2 classes).
 
-    spectral-jax train --config configs/lra/pathfinder.py:attention=nystrom,protocol=small \\
+    spectral-jax train --config lra/pathfinder:attention=nystrom,protocol=small \\
         --config.data.dir=/data/lra_release/pathfinder32 --workdir runs/pathfinder_nys
 
 Arguments after ``:``: ``attention=<registry name>`` (default ``spectral_shift``),

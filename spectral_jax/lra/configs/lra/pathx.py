@@ -1,6 +1,6 @@
 """Path-X (LRA): Pathfinder at 128x128 = 16384 pixel tokens (2 classes).
 
-    spectral-jax train --config configs/lra/pathx.py:attention=skyformer \\
+    spectral-jax train --config lra/pathx:attention=skyformer \\
         --config.data.dir=/data/lra_release/pathfinder128 --workdir runs/pathx_sky
 
 Arguments after ``:``: ``attention=<registry name>`` (default ``spectral_shift``),

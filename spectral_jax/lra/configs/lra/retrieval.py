@@ -1,6 +1,6 @@
 """Retrieval (LRA): do two AAN papers cite each other? Byte-level dual encoder (2 classes).
 
-    spectral-jax train --config configs/lra/retrieval.py:attention=skyformer,protocol=small \\
+    spectral-jax train --config lra/retrieval:attention=skyformer,protocol=small \\
         --config.data.dir=/data/lra_release/tsv_data --workdir runs/retrieval_sky
 
 Arguments after ``:``: ``attention=<registry name>`` (default ``spectral_shift``),

@@ -1,6 +1,6 @@
 """Image (LRA): CIFAR-10 in grayscale, 1024 pixel tokens, 10 classes.
 
-    spectral-jax train --config configs/lra/image.py:attention=performer,protocol=small \\
+    spectral-jax train --config lra/image:attention=performer,protocol=small \\
         --config.data.dir=/data/cifar10 --workdir runs/image_perf
 
 Arguments after ``:``: ``attention=<registry name>`` (default ``spectral_shift``),

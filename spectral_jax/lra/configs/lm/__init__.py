@@ -1,0 +1,1 @@
+"""Language-model configs (``--config lm/<name>[:ARG]``)."""

@@ -1,0 +1,1 @@
+"""The Long Range Arena task configs, one module per task (``--config lra/<task>[:ARG]``)."""
