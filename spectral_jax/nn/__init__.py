@@ -3,7 +3,7 @@
 :class:`MultiHeadAttention` selects any registered attention by name and owns its state
 through one small module per kind of state (random features, length projections, a landmark
 rng stream, inducing points, Luna's packed sequence, RFA-Gate's gates) and the optional
-Nyström conv skip.
+Nyström conv skip, and rotates queries and keys with :func:`apply_rope` when asked (RoPE).
 :class:`TransformerEncoder`, :class:`SequenceClassifier` and :class:`DualEncoderClassifier`
 are the Long Range Arena models, configured by a frozen :class:`TransformerConfig`.
 :func:`allowed_attention_kwargs` and :func:`module_options` say which ``attention_kwargs`` a
@@ -30,6 +30,7 @@ from spectral_jax.nn._learned_state import (
     PackedSequenceState,
 )
 from spectral_jax.nn._memory_conv import MemoryConvState
+from spectral_jax.nn._rope import apply_rope, rotary_embedding
 from spectral_jax.nn._state import (
     STATE_MODULES,
     ConvSkip,
@@ -62,11 +63,13 @@ __all__ = [
     "TransformerConfig",
     "TransformerEncoder",
     "allowed_attention_kwargs",
+    "apply_rope",
     "init_linformer_projection",
     "masked_mean",
     "module_options",
     "normalise_attention_kwargs",
     "redraw_features",
+    "rotary_embedding",
     "sinusoidal_positions",
     "uses_rng",
 ]

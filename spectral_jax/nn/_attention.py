@@ -18,6 +18,7 @@ from spectral_jax.nn._attention_kwargs import (
     split_attention_kwargs,
 )
 from spectral_jax.nn._rngs import stream as _stream
+from spectral_jax.nn._rope import apply_rope
 from spectral_jax.nn._state import STATE_MODULES, ConvSkip, RandomFeatureState, uses_rng
 from spectral_jax.nn._symmetric import PairwiseScores, check_symmetric
 
@@ -70,6 +71,9 @@ class MultiHeadAttention(nnx.Module):
           (registry ``weight_dropout``, i.e. exact softmax) allow it, others require 0.
         use_bias: biases on the query/key/value/output projections.
         is_causal: causal self-attention; only for methods with a causal form.
+        rope: rotate queries and keys by their positions before the attention method
+          (RoFormer; :func:`spectral_jax.nn.apply_rope`, whose docstring says what each
+          approximation then approximates).
         deterministic: default for ``__call__``'s ``deterministic`` (needed only when the
           layer is random: ``dropout_rate > 0`` or a random state such as Skyformer's).
         dtype: computation dtype (None: inferred from inputs and params).
@@ -111,6 +115,7 @@ class MultiHeadAttention(nnx.Module):
         dropout_rate: float = 0.0,
         use_bias: bool = True,
         is_causal: bool = False,
+        rope: bool = False,
         deterministic: bool | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
@@ -134,6 +139,7 @@ class MultiHeadAttention(nnx.Module):
         self.attention_kwargs = tuple(sorted(kwargs.items()))
         self.dropout_rate = dropout_rate
         self.is_causal = is_causal
+        self.rope = rope
         self.deterministic = deterministic
         self.uses_rng = uses_rng(attention, dropout_rate)
         self.dtype = dtype
@@ -202,6 +208,7 @@ class MultiHeadAttention(nnx.Module):
         deterministic: bool | None = None,
         carry: Array | None = None,
         return_carry: bool = False,
+        positions: Array | None = None,
     ) -> Array | tuple[Array, Array | None]:
         """Attends from ``inputs_q`` to ``inputs_kv`` (self-attention when None).
 
@@ -217,6 +224,9 @@ class MultiHeadAttention(nnx.Module):
               layer: the previous layer's P ``(batch..., packed_length, in_features)``;
               None: the module's own learned first P. Refused for other methods.
             return_carry: also return the next layer's carry (None for methods without).
+            positions: with ``rope``, int ``(q_len,)`` or ``(batch, q_len)`` positions of the
+              queries (and of the keys when ``kv_len == q_len``; other keys take
+              ``arange(kv_len)``); None: ``arange(q_len)``.
 
         Returns:
             ``(batch..., q_len, out_features)`` in the computation dtype; with
@@ -248,6 +258,9 @@ class MultiHeadAttention(nnx.Module):
         value = self.value(inputs_kv)
         if self.pairwise is not None:
             query, key = self.pairwise(query, key)
+        if self.rope:  # rotated before any method: it approximates attention of rotated q, k
+            query = apply_rope(query, positions)
+            key = apply_rope(key, positions if key.shape[-3] == query.shape[-3] else None)
         if mask is not None:  # Flax's make_attention_mask defaults to float 1/0
             mask = _attention.as_bool_mask("MultiHeadAttention", mask)
 

@@ -17,7 +17,7 @@ from spectral_jax import _checks
 from spectral_jax.nn._attention_kwargs import normalise_attention_kwargs
 
 POOLINGS = ("cls", "mean")
-POSITIONALS = ("sinusoidal", "learned")
+POSITIONALS = ("sinusoidal", "learned", "rope", "none")
 INTERACTIONS = ("concat", "nli")
 
 _CHOICES = {"pooling": POOLINGS, "positional": POSITIONALS, "interaction": INTERACTIONS}
@@ -50,7 +50,10 @@ class TransformerConfig:
           contents give equal configs; :attr:`attention_kwargs_dict` gives the mapping.
         pooling: ``"cls"`` (prepend a learned CLS token, take its output) or ``"mean"`` (mean
           over valid tokens only); :data:`POOLINGS`.
-        positional: ``"sinusoidal"`` (fixed) or ``"learned"``; :data:`POSITIONALS`.
+        positional: ``"sinusoidal"`` (fixed) or ``"learned"``, both added to the token
+          embeddings; ``"rope"``: nothing added, queries and keys of every attention layer
+          rotated by their positions (RoFormer, :func:`spectral_jax.nn.apply_rope`); ``"none"``:
+          no positions at all; :data:`POSITIONALS`.
         embed_init_std: standard deviation of the token embedding's normal init (LRA's JAX
           code: 1.0; the Nyströmformer/Skyformer PyTorch code: 0.02, the same as its learned
           positions, which LRA also draws with 0.02). It sets how loud positions are next to
@@ -99,7 +102,7 @@ class TransformerConfig:
     attention: str = "softmax"
     attention_kwargs: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
     pooling: Literal["cls", "mean"] = "mean"
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+    positional: Literal["sinusoidal", "learned", "rope", "none"] = "sinusoidal"
     embed_init_std: float = 1.0
     interaction: Literal["concat", "nli"] = "concat"
     use_bias: bool = True

@@ -53,7 +53,8 @@ class TokenEmbedding(nnx.Module):
         vocab_size: number of token ids.
         features: embedding width.
         max_length: longest token sequence (the CLS token adds one position).
-        positional: ``"sinusoidal"`` or ``"learned"``.
+        positional: ``"sinusoidal"`` or ``"learned"`` (added here); ``"rope"`` or ``"none"``
+          (nothing added: RoPE acts in the attention layers).
         embed_init_std: standard deviation of the token embedding's normal init.
         cls_token: prepend a learned CLS vector.
         dropout_rate: dropout on the summed embeddings.
@@ -150,11 +151,10 @@ class TokenEmbedding(nnx.Module):
             cls = jnp.broadcast_to(self.cls[...], (x.shape[0], 1, x.shape[-1])).astype(x.dtype)
             x = jnp.concatenate([cls, x], axis=1)
         length = x.shape[1]
-        if self.position_table is None:
-            positions = jnp.asarray(sinusoidal_positions(length, x.shape[-1]))
-        else:
-            positions = self.position_table[:length]
-        x = x + positions.astype(x.dtype)[None]
+        if self.positional == "sinusoidal":
+            x = x + jnp.asarray(sinusoidal_positions(length, x.shape[-1])).astype(x.dtype)[None]
+        elif self.positional == "learned":
+            x = x + self.position_table[:length].astype(x.dtype)[None]
         return self.dropout(x, deterministic=deterministic)
 
     def _checked_ids(self, inputs: Array) -> Array:

@@ -64,6 +64,7 @@ class EncoderBlock(nnx.Module):
             dropout_rate=c.attention_dropout_rate,
             use_bias=c.use_bias,
             is_causal=c.is_causal,
+            rope=c.positional == "rope",
             shared_state=shared_state,
             **common,
         )
