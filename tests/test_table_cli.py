@@ -120,7 +120,7 @@ def test_readme_tables_come_from_the_committed_runs(folder, capsys):
     assert table[0] == ("| method | seeds | test accuracy (%) | vs softmax | train examples/s "
                         "| train-step peak | parameters |")
     assert len(table) == 2 + 16
-    assert "\n".join(table) in (ROOT / "README.md").read_text()
+    assert "\n".join(table) in (ROOT / "benchmarks" / folder / "README.md").read_text()
 
 
 def test_readme_format_compares_each_row_with_its_own_baseline():
