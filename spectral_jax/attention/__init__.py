@@ -11,6 +11,14 @@ from spectral_jax.attention._clustered import (
     improved_clustered_attention,
 )
 from spectral_jax.attention._common import FLAX_KWARGS, resolve_head_chunk_size
+from spectral_jax.attention._decode import (
+    DECODE_FORMS,
+    DecodeState,
+    decode_methods,
+    init_decode_state,
+    prefill,
+)
+from spectral_jax.attention._decode_step import check_decode_state, decode_step
 from spectral_jax.attention._gated_linear import gated_linear_attention
 from spectral_jax.attention._hints import cached_decode_hint, causal_methods_hint
 from spectral_jax.attention._inducing_points import inducing_points_attention
@@ -53,6 +61,8 @@ __all__ = [
     "ATTENTIONS",
     "AttentionSpec",
     "BASELINE",
+    "DECODE_FORMS",
+    "DecodeState",
     "FLAX_KWARGS",
     "LINFORMER_SHARING",
     "STATE_KINDS",
@@ -62,12 +72,16 @@ __all__ = [
     "budget_parameters",
     "cached_decode_hint",
     "causal_methods_hint",
+    "check_decode_state",
     "clustered_attention",
+    "decode_methods",
+    "decode_step",
     "gated_linear_attention",
     "get_attention",
     "get_attention_spec",
     "improved_clustered_attention",
     "inducing_points_attention",
+    "init_decode_state",
     "iterative_pinv",
     "kernelized_attention",
     "linear_attention",
@@ -80,6 +94,7 @@ __all__ = [
     "nystrom_attention",
     "orthogonal_random_features",
     "performer_attention",
+    "prefill",
     "probsparse_attention",
     "reference_attention",
     "resolve_head_chunk_size",

@@ -64,6 +64,9 @@ class AttentionSpec:
         that Flax's ``nnx.MultiHeadAttention(decode=True)`` passes, equals that position of
         the causal run over the whole sequence (token-by-token decoding through ``fn`` as
         Flax's ``attention_fn``).
+      decode: the decode form (a key of ``spectral_jax.attention.DECODE_FORMS``: the state
+        ``prefill``/``decode_step`` carry from token to token), for every method with a causal
+        form; None without one.
     """
 
     name: str
@@ -82,6 +85,8 @@ class AttentionSpec:
     carry: tuple[str, str] | None = None
     linear_in_value: bool = True
     cached_decode: bool = False
+    decode: Literal["kv_cache", "ring_buffer", "feature_state", "random_feature_state",
+                    "gated_state", "compressed_memory"] | None = None
 
     @property
     def exact(self) -> bool:
@@ -184,7 +189,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
         AttentionSpec(
             name="softmax", fn=softmax_attention, source="Vaswani et al. 2017, eq. 1",
             cost="O(n²d)", supports_causal=True, target="softmax", weight_dropout=True,
-            cached_decode=True),
+            cached_decode=True, decode="kv_cache"),
         AttentionSpec(
             name="nystrom", fn=nystrom_attention, source="Xiong et al. 2021, eq. 14-15",
             cost="O(nmd + m³)", supports_causal=False, target="softmax",
@@ -209,13 +214,13 @@ ATTENTIONS: dict[str, AttentionSpec] = {
         AttentionSpec(
             name="linear", fn=linear_attention, source="Katharopoulos et al. 2020, eq. 6-9",
             cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
-            cached_decode=True),
+            cached_decode=True, decode="feature_state"),
         AttentionSpec(
             name="performer", fn=performer_attention,
             source="Choromanski et al. 2021 (FAVOR+), Lemma 1", cost="O(nrd)",
             supports_causal=True, target="softmax", recorded=("num_features",),
             budget="num_features", state="random_features", test_budget=32,
-            cached_decode=True),
+            cached_decode=True, decode="random_feature_state"),
         AttentionSpec(
             name="linformer", fn=linformer_attention, source="Wang et al. 2020, eq. 7",
             cost="O(nkd)", supports_causal=False, target="softmax", recorded=("proj_len",),
@@ -236,7 +241,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             source="Peng et al. 2021 (RFA), §3.2 RFA-Gate; Katharopoulos et al. 2020 feature "
                    "map",
             cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
-            state="gates"),
+            state="gates", decode="gated_state"),
         # The clustered methods and ProbSparse take the sampling key of "landmark_rng": a
         # random k-means start / key sample in training, the deterministic one in
         # evaluation. Both clustered methods' budget is num_clusters (with the default 100
@@ -267,13 +272,13 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             source="Liu et al. 2018, §4.2.3 (strided conv of K and V, kernel = stride = 3)",
             cost="O(n²d/s)", supports_causal=True, target="softmax",
             recorded=("kernel_size",), budget="kernel_size", state="memory_conv",
-            test_budget=3),
+            test_budget=3, decode="compressed_memory"),
         AttentionSpec(
             name="local", fn=local_attention,
             source="band attention: Parmar et al. 2018 §3.2; LRA's Local Attention "
                    "(Tay et al. 2021)",
             cost="O(nwd)", supports_causal=True, target="softmax", recorded=("window",),
-            budget="window", test_budget=8, cached_decode=True),
+            budget="window", test_budget=8, cached_decode=True, decode="ring_buffer"),
     )
 }
 _hints.REGISTERED.update(ATTENTIONS)

@@ -1,0 +1,294 @@
+"""Autoregressive decoding for every causal method: a prefill and a one-token step.
+
+``prefill`` runs a prompt through a method's causal form and returns its outputs and the
+decoding state; ``decode_step`` takes the state and one new query/key/value and returns that
+token's output and the next state. Both are pure and jittable, and ``decode_step`` can be the
+body of ``jax.lax.scan``. The state is each method's own, named by its registry entry's
+``decode`` field (:data:`DECODE_FORMS`): a key/value cache (softmax), a ring buffer of
+``window + 1`` positions (local), the running φ(K)ᵀV and Σφ(K) (linear, performer:
+constant in the context length), the same decayed by gates (gated_linear), and the complete
+memory slots plus the open one (memory_compressed).
+
+Every example of a batch has its own position: prompts of different lengths are passed
+right-padded with ``lengths``, and a step's ``valid`` marks tokens that are padding (left
+padding, or an example that has finished), which neither enter the state nor advance it.
+
+Nothing bad enters a state silently. A token past ``max_length`` or with a non-finite key,
+value or gate is refused: with concrete inputs (eager calls) ``decode_step`` raises; under
+``jax.jit`` the token is not written, the example's ``ok`` flag turns False and its outputs
+are NaN from then on; :func:`check_decode_state` raises for such a state once it is concrete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
+from spectral_jax.attention import _common
+from spectral_jax.attention._decode_cache import KV_CACHE, RING_BUFFER
+from spectral_jax.attention._decode_form import DecodeForm
+from spectral_jax.attention._decode_memory import COMPRESSED_MEMORY
+from spectral_jax.attention._decode_recurrent import (
+    FEATURE_STATE,
+    GATED_STATE,
+    RANDOM_FEATURE_STATE,
+)
+from spectral_jax.attention._registry import ATTENTIONS, AttentionSpec, get_attention_spec
+
+Array = jax.Array
+
+# The decode forms, by the name a registry entry's ``decode`` field gives.
+DECODE_FORMS: dict[str, DecodeForm] = {
+    "kv_cache": KV_CACHE,
+    "ring_buffer": RING_BUFFER,
+    "feature_state": FEATURE_STATE,
+    "random_feature_state": RANDOM_FEATURE_STATE,
+    "gated_state": GATED_STATE,
+    "compressed_memory": COMPRESSED_MEMORY,
+}
+
+# fn parameters that decoding sets itself.
+_OWN = frozenset({"query", "key", "value", "bias", "mask", "is_causal", "query_seq_lengths",
+                  "key_value_seq_lengths"})
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeState:
+    """The decoding state of one attention layer: a pytree (jit and scan carry it).
+
+    Attributes:
+      method: the registry name (static).
+      max_length: tokens the state can hold per example (static).
+      position: int32 ``(batch...)``: tokens written so far, the index of the next one.
+      ok: bool ``(batch...)``: False once a token was refused (past ``max_length``, or a
+        non-finite key, value or gate under jit); that example's outputs are then NaN.
+      arrays: the method's own ``(batch..., heads, ...)`` arrays (``DECODE_FORMS``), e.g.
+        ``key``/``value`` ``(batch..., heads, max_length, head_dim)`` for softmax,
+        ``state``/``norm`` ``(batch..., heads, r, v_head_dim)``/``(..., r)`` (float32) for
+        linear and performer.
+    """
+
+    method: str
+    max_length: int
+    position: Array
+    ok: Array
+    arrays: dict[str, Array]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the method's arrays (the cache or state, without position and ok)."""
+        return sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in self.arrays.values())
+
+
+jax.tree_util.register_dataclass(DecodeState, data_fields=["position", "ok", "arrays"],
+                                 meta_fields=["method", "max_length"])
+
+
+def decode_methods() -> tuple[str, ...]:
+    """The registered methods with a decode form (every method with a causal form).
+
+    Example:
+      >>> from spectral_jax.attention import decode_methods
+      >>> decode_methods()[:3]
+      ('softmax', 'linear', 'performer')
+    """
+    return tuple(n for n, s in ATTENTIONS.items() if s.decode is not None)
+
+
+def decode_form(method: str, caller: str = "decode") -> tuple[AttentionSpec, DecodeForm]:
+    """The registry entry of ``method`` and its decode form.
+
+    Raises:
+      spectral_jax.UsageError: unknown method.
+      spectral_jax.UnsupportedError: the method has no causal form, hence no decode form;
+        the message lists those that have one.
+    """
+    spec = get_attention_spec(method)
+    if spec.decode is None:
+        raise UnsupportedError(
+            f"{caller}: attention={method!r} has no causal form, so it cannot decode token "
+            f"by token. Methods that decode: {', '.join(decode_methods())}.")
+    return spec, DECODE_FORMS[spec.decode]
+
+
+def method_params(spec: AttentionSpec, caller: str, given: dict[str, Any], *,
+            required: tuple[str, ...]) -> dict[str, Any]:
+    """The method's parameters: ``fn``'s defaults updated with ``given`` (checked)."""
+    signature = inspect.signature(spec.fn).parameters
+    allowed = {n: p for n, p in signature.items()
+               if n not in _OWN and p.kind is inspect.Parameter.KEYWORD_ONLY}
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise UsageTypeError(
+            f"{caller}: unknown keyword(s) {unknown} for attention={spec.name!r}; it takes "
+            f"{sorted(allowed)}.")
+    params = {n: (None if p.default is inspect.Parameter.empty else p.default)
+              for n, p in allowed.items()}
+    params.update(given)
+    missing = [n for n in required if params.get(n) is None]
+    if missing:
+        raise UsageError(
+            f"{caller}: attention={spec.name!r} needs {missing} (its state, e.g. from "
+            f"AttentionSpec.make_state or the layer that owns it); got None.")
+    return params
+
+
+def state_arguments(spec: AttentionSpec, *, with_gates: bool) -> tuple[str, ...]:
+    names = () if spec.state_kind is None else spec.state_kind.arguments
+    return tuple(n for n in names if with_gates or n != "gates")
+
+
+def init_decode_state(
+    method: str, *, batch_shape: tuple[int, ...], max_length: int, num_heads: int,
+    head_dim: int, v_head_dim: int | None = None, dtype: Any = jnp.float32, **kwargs: Any,
+) -> DecodeState:
+    """The empty decoding state of ``method`` (no token written), e.g. for a layer's cache.
+
+    Args:
+      method: a name from :func:`decode_methods`.
+      batch_shape: the batch dims of the queries to decode.
+      max_length: tokens the state must hold per example (prompt and generated ones).
+      num_heads, head_dim, v_head_dim: the layout (``v_head_dim`` defaults to head_dim).
+      dtype: dtype of stored keys and values (running sums are float32).
+      **kwargs: the method's parameters that size the state (``window``, ``projection``,
+        ``key_conv``/``value_conv``/``stride``), as for :func:`decode_step`.
+
+    Raises:
+      spectral_jax.UnsupportedError: a method without a causal form.
+      spectral_jax.UsageError: a bad size, or a missing state argument.
+
+    Example:
+      >>> from spectral_jax.attention import init_decode_state
+      >>> s = init_decode_state("softmax", batch_shape=(2,), max_length=16, num_heads=4,
+      ...                       head_dim=8)
+      >>> s.arrays["key"].shape, int(s.position[0])
+      ((2, 4, 16, 8), 0)
+    """
+    caller = "init_decode_state()"
+    spec, form = decode_form(method, caller)
+    max_length = _checks.positive_int(caller, "max_length", max_length)
+    num_heads = _checks.positive_int(caller, "num_heads", num_heads)
+    head_dim = _checks.positive_int(caller, "head_dim", head_dim)
+    v_head_dim = head_dim if v_head_dim is None else _checks.positive_int(
+        caller, "v_head_dim", v_head_dim)
+    batch_shape = tuple(int(b) for b in batch_shape)
+    params = method_params(spec, caller, kwargs, required=state_arguments(spec, with_gates=False))
+    b = math.prod(batch_shape)
+    arrays = form.init(b, num_heads, head_dim, v_head_dim, max_length, dtype, params)
+    return DecodeState(
+        method, max_length, jnp.zeros(batch_shape, jnp.int32), jnp.ones(batch_shape, bool),
+        {n: a.reshape(*batch_shape, *a.shape[1:]) for n, a in arrays.items()})
+
+
+def flat_batch(x: Array, batch_shape: tuple[int, ...]) -> Array:
+    return x.reshape(math.prod(batch_shape), *x.shape[len(batch_shape):])
+
+
+def flat_gates(params: dict[str, Any], key: Array) -> dict[str, Any]:
+    """RFA-Gate's gates, ``(batch..., n, heads)`` with batch/heads possibly 1, flattened."""
+    if params.get("gates") is None:
+        return params
+    gates = jnp.broadcast_to(jnp.asarray(params["gates"]), key.shape[:-1])
+    return {**params, "gates": gates.reshape(-1, *key.shape[-3:-1])}
+
+
+def finite_rows(valid: Array, *xs: Array) -> Array:
+    """bool ``(B,)``: every value of the ``valid`` rows of each ``(B, n, ...)`` x is finite."""
+    ok = jnp.ones(valid.shape[0], bool)
+    for x in xs:
+        bad = ~jnp.isfinite(x).reshape(*x.shape[:2], -1).all(-1) & valid
+        ok &= ~bad.any(-1)
+    return ok
+
+
+def is_concrete(*xs: Any) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(xs))
+
+
+def prefill(
+    method: str, query: Array, key: Array, value: Array, *, max_length: int,
+    lengths: Array | None = None, **kwargs: Any,
+) -> tuple[Array, DecodeState]:
+    """The causal outputs of a prompt and the decoding state after it.
+
+    Args:
+      method: a name from :func:`decode_methods`.
+      query, key, value: float ``(batch..., P, heads, head_dim)`` (value: ``v_head_dim``),
+        the prompts right-padded to one length P.
+      max_length: tokens the state holds per example, P ≤ max_length.
+      lengths: int ``(batch...)``: each prompt's length (≤ P; 0 allowed); None: all P.
+      **kwargs: the method's parameters (as for its function: ``window``, ``feature_map``,
+        ``projection``, ``gates`` ``(batch..., P, heads)``, ``key_conv``, ...).
+
+    Returns:
+      ``(out, state)``: out ``(batch..., P, heads, v_head_dim)`` in ``query``'s dtype, the
+      method's causal form on each prompt (rows past its length are zeros); ``state`` with
+      ``position == lengths``.
+
+    Raises:
+      spectral_jax.UnsupportedError: a method without a causal form (the message lists those
+        with one).
+      spectral_jax.UsageError: bad shapes, q_len != kv_len, a prompt longer than
+        ``max_length``, lengths outside [0, P], a missing state argument, or (concrete
+        inputs) a non-finite key, value or gate in a prompt.
+
+    Example:
+      >>> import jax
+      >>> from spectral_jax.attention import prefill, linear_attention
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 5, 4, 8))
+      >>> out, state = prefill("linear", q, k, v, max_length=32)
+      >>> out.shape, state.arrays["state"].shape
+      ((2, 5, 4, 8), (2, 4, 8, 8))
+    """
+    caller = "prefill()"
+    spec, form = decode_form(method, caller)
+    _common.check_qkv(caller, query, key, value)
+    max_length = _checks.positive_int(caller, "max_length", max_length)
+    batch_shape, p = query.shape[:-3], query.shape[-3]
+    if key.shape[-3] != p:
+        raise UsageError(f"{caller}: the prompt's queries and keys must have one length; got "
+                         f"q_len={p} and kv_len={key.shape[-3]}.")
+    if p > max_length:
+        raise UsageError(f"{caller}: the prompt has {p} tokens, longer than the cache "
+                         f"(max_length={max_length}).")
+    if lengths is None:
+        lengths = jnp.full(batch_shape, p, jnp.int32)
+    lengths = jnp.asarray(lengths)
+    if lengths.shape != batch_shape or not jnp.issubdtype(lengths.dtype, jnp.integer):
+        raise UsageError(f"{caller}: `lengths` must be an int array of shape {batch_shape} "
+                         f"(one per example); got {lengths.dtype} {lengths.shape}.")
+    if is_concrete(lengths) and lengths.size and not (
+            (np.asarray(lengths) >= 0) & (np.asarray(lengths) <= p)).all():
+        raise UsageError(f"{caller}: `lengths` must lie in [0, {p}] (the prompt length); got "
+                         f"{np.asarray(lengths).tolist()}.")
+    params = method_params(spec, caller, kwargs, required=state_arguments(spec, with_gates=True))
+    q, k, v = (flat_batch(x, batch_shape) for x in (query, key, value))
+    flat_lengths = lengths.reshape(-1).astype(jnp.int32)
+    flat_params = flat_gates(params, key)
+    valid = jnp.arange(p)[None, :] < flat_lengths[:, None]
+    checked = [k, v] + ([flat_params["gates"]] if "gates" in flat_params
+                        and flat_params["gates"] is not None else [])
+    finite = finite_rows(valid, *checked)
+    if is_concrete(finite) and not bool(np.all(finite)):
+        raise UsageError(f"{caller}: examples {np.flatnonzero(~np.asarray(finite)).tolist()} "
+                         "have a non-finite key, value or gate in their prompt; it would "
+                         "enter the decoding state.")
+    if form.outputs is not None:
+        out = form.outputs(q, k, v, flat_lengths, flat_params)
+        out = out.reshape(*batch_shape, *out.shape[1:])
+    else:
+        out = spec.fn(query, key, value, is_causal=True, query_seq_lengths=lengths,
+                      key_value_seq_lengths=lengths, **kwargs)
+    arrays = form.prefill(q, k, v, flat_lengths, max_length, flat_params)
+    state = DecodeState(method, max_length, lengths.astype(jnp.int32),
+                        finite.reshape(batch_shape),
+                        {n: a.reshape(*batch_shape, *a.shape[1:]) for n, a in arrays.items()})
+    return out.astype(query.dtype), state
+
