@@ -15,4 +15,5 @@ from spectral_jax._checks import (
 )
 
 __all__ = ["UnknownNameError", "UnsupportedError", "UsageError", "UsageTypeError", "__version__"]
+# The one version string: pyproject.toml reads it (setuptools `dynamic` version).
 __version__ = "0.1.0"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib
+import importlib.machinery
 import importlib.resources
 import importlib.util
 import inspect
@@ -106,7 +107,9 @@ def config_module(path: str, spec: str | None = None) -> types.ModuleType:
     """
     spec = path if spec is None else spec
     if os.path.isfile(path):
-        module_spec = importlib.util.spec_from_file_location("_spectral_jax_config", path)
+        # The loader is named: a path without the .py suffix is still Python source.
+        loader = importlib.machinery.SourceFileLoader("_spectral_jax_config", path)
+        module_spec = importlib.util.spec_from_loader(loader.name, loader)
         module = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(module)
         return module
