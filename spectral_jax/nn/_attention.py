@@ -11,6 +11,7 @@ from flax import nnx
 
 from spectral_jax import UsageError
 from spectral_jax import attention as _attention
+from spectral_jax.nn import _decode
 from spectral_jax.nn._attention_kwargs import (
     check_hashable,
     check_layer,
@@ -82,6 +83,10 @@ class MultiHeadAttention(nnx.Module):
           projection, from ``LengthProjectionState.shared``); None: the module builds its own.
         rngs: ``"params"`` for weights, ``"features"`` (else ``"params"``) for the Performer
           projection, ``"dropout"`` and ``"landmarks"`` for training-time randomness.
+        decode: default for ``__call__``'s ``decode``: autoregressive decoding from the cache
+          that :meth:`init_cache` creates, as in ``flax.nnx.MultiHeadAttention``; needs
+          ``is_causal=True`` and a method with a decode form
+          (``spectral_jax.attention.decode_methods()``).
 
     Raises:
         spectral_jax.UsageError: unknown attention name (the message lists the known ones);
@@ -92,7 +97,8 @@ class MultiHeadAttention(nnx.Module):
         spectral_jax.UsageTypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)``
           pairs, or holding an unhashable value.
         spectral_jax.UnsupportedError: ``is_causal=True`` for a method without a causal form;
-          ``is_causal=False`` for a causal-only method (``gated_linear``).
+          ``is_causal=False`` for a causal-only method (``gated_linear``); ``decode=True``
+          for a method without a decode form or with ``is_causal=False``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -121,6 +127,7 @@ class MultiHeadAttention(nnx.Module):
         param_dtype: Any = jnp.float32,
         kernel_init: nnx.Initializer = _XAVIER_UNIFORM,
         shared_state: nnx.Module | None = None,
+        decode: bool = False,
         rngs: nnx.Rngs,
     ) -> None:
         qkv_features = in_features if qkv_features is None else qkv_features
@@ -143,6 +150,9 @@ class MultiHeadAttention(nnx.Module):
         self.deterministic = deterministic
         self.uses_rng = uses_rng(attention, dropout_rate)
         self.dtype = dtype
+        self.decode = decode
+        if decode:
+            _decode.check_decode(attention, is_causal)
         self.symmetric = check_symmetric(options["symmetric"])
 
         dense = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
@@ -199,6 +209,38 @@ class MultiHeadAttention(nnx.Module):
             )
         self.state.redraw(rng)
 
+    def init_cache(self, input_shape: tuple[int, ...], dtype: Any = jnp.float32) -> None:
+        """Creates the decoding cache for inputs ``(batch..., max_length, in_features)``.
+
+        The cache (``nnx.Cache`` variables ``decode_state`` and ``cache_index``) holds the
+        method's :class:`~spectral_jax.attention.DecodeState`: a key/value cache of
+        ``max_length`` slots for softmax, a ring buffer of ``window + 1`` for local, the
+        running sums (constant in ``max_length``) for linear, performer and gated_linear,
+        the memory slots for memory_compressed. Calling it again empties the cache.
+
+        Args:
+            input_shape: ``(batch..., max_length, in_features)``.
+            dtype: dtype of stored keys and values (running sums are float32).
+
+        Raises:
+            spectral_jax.UsageError: a shape without ``in_features`` on its last axis.
+            spectral_jax.UnsupportedError: a method without a decode form, or
+              ``is_causal=False``.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from flax import nnx
+            >>> from spectral_jax.nn import MultiHeadAttention
+            >>> layer = MultiHeadAttention(2, 8, attention="linear", is_causal=True,
+            ...                            decode=True, rngs=nnx.Rngs(0))
+            >>> layer.init_cache((3, 100, 8))
+            >>> layer(jnp.ones((3, 1, 8))).shape, layer.decode_state.get_value().nbytes
+            ((3, 1, 8), 480)
+        """
+        _decode.check_decode(self.attention, self.is_causal)
+        self.decode_state = nnx.Cache(_decode.init_state(self, input_shape, dtype))
+        self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
+
     def __call__(
         self,
         inputs_q: Array,
@@ -209,6 +251,8 @@ class MultiHeadAttention(nnx.Module):
         carry: Array | None = None,
         return_carry: bool = False,
         positions: Array | None = None,
+        decode: bool | None = None,
+        valid: Array | None = None,
     ) -> Array | tuple[Array, Array | None]:
         """Attends from ``inputs_q`` to ``inputs_kv`` (self-attention when None).
 
@@ -226,7 +270,14 @@ class MultiHeadAttention(nnx.Module):
             return_carry: also return the next layer's carry (None for methods without).
             positions: with ``rope``, int ``(q_len,)`` or ``(batch, q_len)`` positions of the
               queries (and of the keys when ``kv_len == q_len``; other keys take
-              ``arange(kv_len)``); None: ``arange(q_len)``.
+              ``arange(kv_len)``); None: ``arange(q_len)``, or in decode mode each token's
+              position in its example (its count of earlier valid tokens).
+            decode: decode from the cache (default: the constructor's ``decode``): the
+              ``q_len`` tokens of ``inputs_q`` (usually 1) are fed in order, each attending
+              to the cache and entering it; self-attention only, no ``mask``.
+            valid: decode only: bool ``(batch...)`` or ``(batch..., q_len)``, False for a
+              padding token (e.g. left padding): it neither enters the cache nor advances
+              its example's position, and its output is the output projection of zeros.
 
         Returns:
             ``(batch..., q_len, out_features)`` in the computation dtype; with
@@ -236,8 +287,12 @@ class MultiHeadAttention(nnx.Module):
             spectral_jax.UsageError: ``deterministic`` given nowhere for a random layer; feature
               size or mask shape mismatch; a Linformer ``kv_len`` above ``max_length``; the
               conv skip with ``q_len != kv_len``; ``carry`` for a method without one, or of the
-              wrong shape.
+              wrong shape; decode without :meth:`init_cache`, with ``inputs_kv`` or ``mask``,
+              or with inputs of another batch shape than the cache's; a token past the
+              cache's ``max_length`` (concrete inputs; under jit that example's outputs turn
+              NaN, see :func:`~spectral_jax.attention.decode_step`).
         """
+        decode = self.decode if decode is None else decode
         if deterministic is None:
             deterministic = self.deterministic
         if deterministic is None and self.uses_rng:
@@ -258,9 +313,15 @@ class MultiHeadAttention(nnx.Module):
         value = self.value(inputs_kv)
         if self.pairwise is not None:
             query, key = self.pairwise(query, key)
+        if decode:
+            state, valid = _decode.decode_inputs(self, query, inputs_kv is not inputs_q,
+                                                 mask, deterministic, valid)
+            positions = _decode.positions(state, valid) if positions is None else positions
         if self.rope:  # rotated before any method: it approximates attention of rotated q, k
             query = apply_rope(query, positions)
             key = apply_rope(key, positions if key.shape[-3] == query.shape[-3] else None)
+        if decode:
+            return self.out(_decode.decode_call(self, state, inputs_q, query, key, value, valid))
         if mask is not None:  # Flax's make_attention_mask defaults to float 1/0
             mask = _attention.as_bool_mask("MultiHeadAttention", mask)
 
@@ -293,7 +354,6 @@ class MultiHeadAttention(nnx.Module):
         if self.conv_skip is not None:
             x = x + self.conv_skip(value, mask, query.shape[-3])
         return (self.out(x), next_carry) if return_carry else self.out(x)
-
 
     def _check_features(self, name: str, inputs: Array) -> None:
         """Raises unless ``inputs`` is ``(batch..., length, in_features)``."""
