@@ -38,6 +38,8 @@ assert "(default: bench_out/speed)" in texts["bench speed"], texts["bench speed"
 assert "--repeats REPEATS timed calls; the median is reported (default: 5)" in texts["bench speed"]
 assert "--heads HEADS default: 4" in texts["bench speed"]
 assert "best, latest or a step (default: best)" in texts["eval"]
+# --config takes a shipped config's name as well as a file.
+assert "--config NAME|FILE.py[:ARG] a shipped config's name (lra/<task>" in texts["train"]
 assert "(default: None)" not in " ".join(texts.values())
 heavy = sorted(m for m in ("jax", "jaxlib", "flax", "optax", "orbax") if m in sys.modules)
 print(heavy)

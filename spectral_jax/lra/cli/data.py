@@ -44,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     info = sub.add_parser(
         "info", help="print a task's sizes, vocab and label balance",
-        description="Reads a task's data as a config reads it (--config FILE.py[:ARG] and "
+        description="Reads a task's data as a config reads it (--config NAME|FILE.py[:ARG] and "
         "--config.FIELD=VALUE overrides: its task, data.dir and data.options) or with the "
         "reader's own defaults (TASK --data-dir DIR); the lengths shown are those it reads at.",
     )
@@ -52,7 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="listops, text, retrieval, image, pathfinder or pathx "
                       "(default: the config's task)")
     info.add_argument("--data-dir", default=None, help="default: the config's data.dir")
-    info.add_argument("--config", default=None, metavar="FILE.py[:ARG]",
+    info.add_argument("--config", default=None, metavar="NAME|FILE.py[:ARG]",
                       help="read the data as this training config does, e.g. "
                       "lra/listops:quick")
     info.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

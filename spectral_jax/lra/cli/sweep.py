@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--config.FIELD=VALUE arguments override config fields of every run.",
     )
     sweep.add_argument("--config", required=True,
-                       help="NAME[:ARG] or FILE.py[:ARG], e.g. lra/image:quick (no attention=)")
+                       help="NAME|FILE.py[:ARG], e.g. lra/image:quick (no attention=)")
     sweep.add_argument("--attention", required=True,
                        help="comma-separated registry names, or 'all'")
     sweep.add_argument("--seeds", nargs="+", type=int, default=[0])

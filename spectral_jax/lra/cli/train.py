@@ -36,8 +36,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "stops after the current step with a checkpoint (exit status 130 or 143). Extra "
         "--config.FIELD=VALUE arguments override config fields.",
     )
-    train.add_argument("--config", required=True, help="FILE.py[:ARG], e.g. "
-                       "lra/listops:quick or ...:attention=nystrom,protocol=small")
+    train.add_argument("--config", required=True, metavar="NAME|FILE.py[:ARG]",
+                       help="a shipped config's name (lra/<task>, lm/<name>) or a config "
+                       "file, then its argument, e.g. lra/listops:quick or "
+                       "lra/text:attention=nystrom,protocol=small")
     train.add_argument("--workdir", required=True, help="run directory (checkpoints, logs)")
     train.add_argument("--overwrite", action="store_true",
                        help="delete a previous run with another config in --workdir")
@@ -55,11 +57,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     show = subparsers.add_parser(
         "config", help="print a config as a run would record it",
-        description="Loads FILE.py[:ARG], applies --config.FIELD=VALUE overrides, checks it, "
+        description="Loads NAME|FILE.py[:ARG], applies --config.FIELD=VALUE overrides, checks it, "
         "and prints the JSON that `train` would write to WORKDIR/config.json.",
     )
-    show.add_argument("config", metavar="FILE.py[:ARG]",
-                      help="e.g. lra/listops:quick")
+    show.add_argument("config", metavar="NAME|FILE.py[:ARG]",
+                      help="a shipped config's name or a config file, e.g. lra/listops:quick")
     show.set_defaults(func=_show_config, config_overrides=[])
     _accept_config_overrides(show)
 
