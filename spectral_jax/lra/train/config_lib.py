@@ -43,8 +43,13 @@ QUICK_OPTIMIZER: dict[str, Any] = {
 # model's length; None keeps the protocol's, and budgets are capped at it).
 TASK_ARGS: dict[str, Any] = {
     "attention": "spectral_shift", "protocol": "lra", "quick": False, "seed": 0,
-    "max_length": int,
+    "max_length": int, "spt": False,
 }
+# The self-pretraining stage's train fields (spectral_jax.lra.train.pretrain); the bare
+# argument ``spt`` sets pretrain_steps to the preset's train.steps. A run recorded without
+# them did not pretrain: workdir.config_mismatch reads them as these defaults.
+PRETRAIN_DEFAULTS: dict[str, Any] = {
+    "pretrain_steps": 0, "pretrain_objective": "auto", "pretrain_mask_rate": 0.5}
 # Config fields that an lra/<task> config's argument determines: an override of one re-runs
 # get_config with that argument (fields derived from it follow) instead of setting the field
 # alone.
@@ -210,7 +215,7 @@ def build_config(
     train_defaults = {
         "steps": 1000, "batch_size": 32, "eval_batch_size": None, "eval_every": 100,
         "eval_steps": -1, "log_every": 50, "keep_checkpoints": 2, "grad_clip_norm": None,
-        "redraw_features_every": 0,
+        "redraw_features_every": 0, **PRETRAIN_DEFAULTS,
         "optimizer": {"learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6,
                       "weight_decay": 0.0},
         "schedule": {"name": "linear", "warmup_steps": 0, "steps_per_cycle": None},
@@ -331,6 +336,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     _checks.number(_OWNER, "train.optimizer.weight_decay", opt.weight_decay, low=0.0)
     _checks.positive_int(_OWNER, "train.schedule.steps_per_cycle", train.schedule.steps_per_cycle,
                          allow_none=True)
+    from spectral_jax.lra.train.pretrain import check_config
+
+    check_config(config)
 
 
 def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:

@@ -20,7 +20,8 @@ from flax import nnx
 
 from spectral_jax import _checks
 from spectral_jax.lra import data
-from spectral_jax.lra.train import distributed, report
+from spectral_jax.lra.train import distributed, pretrain_stage, report
+from spectral_jax.lra.train import pretrain as pretrain_lib
 from spectral_jax.lra.train import run as run_lib
 from spectral_jax.lra.train import workdir as workdir_lib
 from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
@@ -69,7 +70,9 @@ def train_and_evaluate(
         ``wall_time_s``, ``num_params``, the training rate (``examples_per_s``,
         ``tokens_per_s``, ``steps_per_s``: median over the logged windows after the first),
         ``train_step_peak_bytes`` (the compiled train step's peak memory per device), ``compiles``,
-        ``extensions`` (``[]`` unless extended) and the resolved ``config``.
+        ``extensions`` (``[]`` unless extended), ``pretrain`` (with ``train.pretrain_steps``:
+        the self-pretraining stage's summary, :mod:`spectral_jax.lra.train.pretrain`) and the
+        resolved ``config``.
 
     Raises:
         spectral_jax.UsageError: invalid config (unknown task, method or protocol; batch size
@@ -94,7 +97,10 @@ def train_and_evaluate(
         start_step = run.checkpoints.latest_step()
         if start_step is not None:
             state, meta = run.checkpoints.restore(start_step, state)
-        writer = MetricWriter(workdir, enabled=run.is_main, resume_step=start_step)
+        elif pretrain_lib.enabled(config):  # the fine-tune starts from the pretrained encoder
+            state = pretrain_stage.run_stage(run, stop)
+        writer = MetricWriter(workdir, enabled=run.is_main, resume_step=start_step,
+                              **pretrain_lib.writer_stage(config))
         reporter = Reporter(config.train.steps, start=start_step or 0, enabled=run.is_main)
         if run.extension is not None:
             _log_extension(run.extension, writer, reporter)
@@ -124,6 +130,8 @@ def train_and_evaluate(
         compiles={"train": step_fns.train._cache_size(), "eval": step_fns.eval._cache_size()},
         data_source=run.task.source,
         extensions=workdir_lib.read_extensions(workdir),
+        **({"pretrain": pretrain_stage.read_summary(workdir)} if pretrain_lib.enabled(config)
+           else {}),
         config=_resolved(config, run.model_config),
     )
     if run.is_main:

@@ -22,6 +22,8 @@ def task_config(task: str, arg: str | None,
     ``max_length`` when the argument sets one, then the fields that depend on the method
     (:func:`method_model_fields`); its ``attention_kwargs`` (registry defaults, the preset's
     choices, budgets capped at ``max_length``) are computed by :func:`config_lib.build_config`.
+    The bare word ``spt`` adds a self-pretraining stage of the preset's ``train.steps``
+    (``train.pretrain_steps``, :mod:`spectral_jax.lra.train.pretrain`).
 
     Args:
         task: the task's registry name (``"listops"``).
@@ -44,9 +46,12 @@ def task_config(task: str, arg: str | None,
     if a.max_length is not None:
         model["max_length"] = a.max_length
     model.update(method_model_fields(a.attention, model))
+    train = dict(preset["train"])
+    if a.spt:  # self-pretraining as long as the fine-tune, unless the preset says otherwise
+        train.setdefault("pretrain_steps", train["steps"])
     return config_lib.build_config(
         task=task, protocol=protocol, attention=a.attention, seed=a.seed,
-        data=preset["data"], model=model, train=preset["train"],
+        data=preset["data"], model=model, train=train,
         attention_overrides=preset.get("attention_kwargs", {}).get(a.attention),
     )
 

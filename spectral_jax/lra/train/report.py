@@ -43,6 +43,9 @@ class MetricWriter:
           (written after the checkpoint by the interrupted run) are dropped, so the log reads as
           if the run had never stopped. None starts a new log.
         tensorboard: also write ``workdir/tensorboard`` event files if tensorboardX imports.
+        stage: a run of several stages (self-pretraining, then fine-tuning) tags each record
+          with ``"stage": stage``; ``resume_step`` then counts this stage's steps only.
+        keep_stages: the earlier stages, whose records are kept as they are.
 
     Example:
         >>> import tempfile
@@ -58,8 +61,11 @@ class MetricWriter:
         enabled: bool = True,
         resume_step: int | None = None,
         tensorboard: bool = True,
+        stage: str | None = None,
+        keep_stages: tuple[str, ...] = (),
     ) -> None:
         self.enabled = enabled
+        self.stage = stage
         self.path = os.path.join(workdir, METRICS_FILE)
         self._tb = None
         if not enabled:
@@ -67,7 +73,10 @@ class MetricWriter:
         os.makedirs(workdir, exist_ok=True)
         kept = []
         if resume_step is not None and os.path.exists(self.path):
-            kept = [r for r in read_metrics(self.path) if r["step"] <= resume_step]
+            kept = [r for r in read_metrics(self.path) if r.get("stage") in keep_stages
+                    or (r.get("stage") == stage and r["step"] <= resume_step)]
+        elif keep_stages and os.path.exists(self.path):
+            kept = [r for r in read_metrics(self.path) if r.get("stage") in keep_stages]
         with open(self.path, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in kept)
         if tensorboard:
@@ -87,6 +96,8 @@ class MetricWriter:
         if not self.enabled:
             return
         clean = {k: jsonable(v) for k, v in scalars.items()}
+        if self.stage is not None:
+            clean["stage"] = self.stage
         with open(self.path, "a") as f:
             f.write(json.dumps({"step": int(step), "split": split, **clean}) + "\n")
         if self._tb is not None:
@@ -236,7 +247,8 @@ def training_throughput(workdir: str, batch_size: int) -> dict[str, float | None
     """
     path = os.path.join(workdir, METRICS_FILE)
     records = read_metrics(path) if os.path.exists(path) else []
-    windows = [r for r in records if r.get("split") == "train" and r.get("examples_per_s")]
+    windows = [r for r in records if r.get("split") == "train" and r.get("examples_per_s")
+               and r.get("stage") != "pretrain"]  # the classifier's rate only
     if len(windows) > 1:
         windows = windows[1:]
     if not windows:

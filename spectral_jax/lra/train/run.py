@@ -24,6 +24,7 @@ from spectral_jax import UsageError, _checks
 from spectral_jax.lra import data as data_lib
 from spectral_jax.lra.train import checkpoint as checkpoint_lib
 from spectral_jax.lra.train import distributed
+from spectral_jax.lra.train import pretrain as pretrain_lib
 from spectral_jax.lra.train import steps as steps_lib
 from spectral_jax.lra.train import workdir as workdir_lib
 from spectral_jax.lra.train.config_lib import validate_config
@@ -188,7 +189,7 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str, *, training: bool
         workdir_lib.check_workdir(workdir, config)
     is_main = jax.process_index() == 0
     task = load_task(config, is_main=is_main)
-    model_cfg = steps_lib.model_config(config, task)
+    model_cfg = pretrain_lib.model_config(config, steps_lib.model_config(config, task))
     with jax.set_mesh(mesh):
         setup = setup_run(config, model_cfg, task.dual, mesh)
         if training:

@@ -44,7 +44,7 @@ RESULTS_FILE = "results.json"
 CHECKPOINT_DIR = "checkpoints"
 # Files a run owns in its workdir; --overwrite removes exactly these.
 _RUN_FILES = (CONFIG_FILE, RESULTS_FILE, CHECKPOINT_DIR, "metrics.jsonl", "tensorboard",
-              EXTENSIONS_FILE)
+              EXTENSIONS_FILE, "pretrain_checkpoints", "pretrain.json")
 # results.json figures an extension keeps from the run it continues.
 _KEPT_RESULTS = ("steps", "best_step", "best_val_accuracy", "test_accuracy",
                  "final_test_accuracy", "wall_time_s")
@@ -174,6 +174,10 @@ def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | No
     with open(path) as f:
         existing = json.load(f)
     wanted = json.loads(config.to_json(sort_keys=True))
+    if isinstance(existing.get("train"), dict):  # recorded before the pretraining fields
+        from spectral_jax.lra.train.config_lib import PRETRAIN_DEFAULTS
+
+        existing["train"] = {**PRETRAIN_DEFAULTS, **existing["train"]}
     for recorded in (existing, wanted):
         if isinstance(recorded.get("data"), dict) and isinstance(recorded["data"].get("dir"), str):
             recorded["data"]["dir"] = os.path.realpath(recorded["data"]["dir"])
