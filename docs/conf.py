@@ -43,7 +43,8 @@ nb_execution_mode = "off"
 # autodoc / napoleon: Google-style docstrings, signatures as written, members in source order.
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_preserve_defaults = True
+# Not autodoc_preserve_defaults: it rewrites the functions' defaults in place, and the
+# method table reads them (a causal-only method is one whose is_causal defaults to True).
 autosummary_generate = False
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False

@@ -94,5 +94,9 @@ def test_site_builds_without_warnings_and_lists_every_public_name(tmp_path):
             else:
                 assert f'id="{module_name}.{name}"' in html, (module_name, name)
     index = (out / "index.html").read_text()
+    # The table is read after autodoc has imported every method: the defaults it derives the
+    # causal column from are the functions' own.
+    assert index.count("<td><p>causal only</p></td>") == sum(
+        spec.causal_only for spec in ATTENTIONS.values())
     assert all(f"<code class=\"docutils literal notranslate\"><span class=\"pre\">{name}"
                in index for name in available_attentions())

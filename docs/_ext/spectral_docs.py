@@ -136,23 +136,38 @@ def error_rows(paths: list[str], budget: int) -> tuple[list[str], list[tuple[str
     return regimes, rows
 
 
+def _cell(text: str, literal: bool, function: bool) -> nodes.entry:
+    """One table cell: plain text, a literal, or a literal linking to the function's API entry."""
+    para = nodes.paragraph()
+    if function:
+        ref = addnodes.pending_xref("", refdomain="py", reftype="func", refexplicit=False,
+                                    reftarget=f"spectral_jax.attention.{text}")
+        ref += nodes.literal(text, text)
+        para += ref
+    else:
+        para += nodes.literal(text, text) if literal else nodes.Text(text)
+    entry = nodes.entry()
+    entry += para
+    return entry
+
+
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]],
-           literal_columns: tuple[int, ...] = ()) -> nodes.table:
+           literal_columns: tuple[int, ...] = (), function_column: int | None = None
+           ) -> nodes.table:
+    """A docutils table: a header row, then ``rows``, with literal and linked columns."""
     table = nodes.table()
     group = nodes.tgroup(cols=len(header))
     table += group
     group += [nodes.colspec(colwidth=1) for _ in header]
     head, body = nodes.thead(), nodes.tbody()
-    for section, cells_list, literal in ((head, [header], ()), (body, rows, literal_columns)):
-        for cells in cells_list:
-            row = nodes.row()
-            for column, text in enumerate(cells):
-                para = nodes.paragraph()
-                para += (nodes.literal(text, text) if column in literal else nodes.Text(text))
-                entry = nodes.entry()
-                entry += para
-                row += entry
-            section += row
+    row = nodes.row()
+    row += [_cell(text, False, False) for text in header]
+    head += row
+    for cells in rows:
+        row = nodes.row()
+        row += [_cell(text, column in literal_columns and text != "-",
+                      column == function_column) for column, text in enumerate(cells)]
+        body += row
     group += [head, body]
     return table
 
@@ -178,37 +193,15 @@ class MethodTable(SphinxDirective):
     optional_arguments = 1
 
     def run(self) -> list[nodes.Node]:
-        names = FAMILIES[self.arguments[0]][1] if self.arguments else None
-        rows = method_rows(names)
-        table = nodes.table(classes=["method-table"])
-        group = nodes.tgroup(cols=len(METHOD_COLUMNS))
-        table += group
-        group += [nodes.colspec(colwidth=1) for _ in METHOD_COLUMNS]
-        head = nodes.thead()
-        head += self._row(METHOD_COLUMNS, header=True)
-        body = nodes.tbody()
-        body += [self._row(row) for row in rows]
-        group += [head, body]
-        return [table]
+        from spectral_jax.attention import ATTENTIONS, _registry
 
-    def _row(self, cells: tuple[str, ...], header: bool = False) -> nodes.row:
-        row = nodes.row()
-        for column, text in enumerate(cells):
-            entry = nodes.entry()
-            para = nodes.paragraph()
-            if header or column not in (0, 1, 5):
-                para += nodes.Text(text)
-            elif column == 1:
-                ref = addnodes.pending_xref(
-                    "", refdomain="py", reftype="func", refexplicit=False,
-                    reftarget=f"spectral_jax.attention.{text}")
-                ref += nodes.literal(text, text)
-                para += ref
-            else:
-                para += nodes.literal(text, text)
-            entry += para
-            row += entry
-        return row
+        names = FAMILIES[self.arguments[0]][1] if self.arguments else None
+        # Rebuild the page when the registry or a method's signature changes.
+        self.env.note_dependency(inspect.getsourcefile(_registry))
+        for name in names or tuple(ATTENTIONS):
+            self.env.note_dependency(inspect.getsourcefile(ATTENTIONS[name].fn))
+        return [_table(METHOD_COLUMNS, method_rows(names), literal_columns=(0, 5),
+                       function_column=1)]
 
 
 class PublicApi(SphinxDirective):
@@ -224,6 +217,7 @@ class PublicApi(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         module_name = self.arguments[0]
+        self.env.note_dependency(inspect.getsourcefile(importlib.import_module(module_name)))
         names = public_names(module_name, self.options.get("match"))
         if not names:  # a page listing names from several modules shows the ones that match
             return []
