@@ -53,4 +53,5 @@ add_module_names = False
 
 html_theme = "furo"
 html_title = "spectral_jax"
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
