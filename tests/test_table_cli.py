@@ -1,7 +1,7 @@
 """``spectral-jax table``: sweep folders, labels that say what ran, the README's tables, the plot.
 
-The committed benchmark runs (``benchmarks/*/runs``) are real inputs: the README's results
-tables must come out of ``table DIR --format readme`` line for line.
+The committed benchmark runs (``benchmarks/*/runs``) are real inputs: each study README's
+results table must come out of ``table DIR --format readme`` line for line.
 """
 
 from __future__ import annotations
