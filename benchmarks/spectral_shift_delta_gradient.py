@@ -19,6 +19,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -40,19 +41,25 @@ def frozen(q, k, v, m):
     return (1.0 - delta) * nystrom_attention(q, k, v, num_landmarks=m) + delta * v
 
 
+@functools.partial(jax.jit, static_argnames="num_landmarks")
+def _both_forms(q, k, v, g, num_landmarks):
+    """Each form's output and gradients pulled back along g, and δ: one program per shape."""
+    outs, grads = {}, {}
+    for name, fn in (("full", full), ("frozen", frozen)):
+        # One forward pass gives both the output and, pulled back along g, the gradients.
+        outs[name], pullback = jax.vjp(lambda q, k, v, fn=fn: fn(q, k, v, num_landmarks), q, k, v)
+        grads[name] = pullback(g)
+    return outs, grads, spectral_shift_delta(q, k, num_landmarks=num_landmarks)
+
+
 def gradient_change(regime: str, seed: int, *, length: int, heads: int, head_dim: int,
                     num_landmarks: int, dtype) -> dict[str, float]:
     """δ's range, the output gap between the two forms, and the relative gradient changes."""
     q, k, v = make_inputs(regime, jax.random.key(seed), length=length, heads=heads,
                           head_dim=head_dim, dtype=dtype)
     g = jax.random.normal(jax.random.key(seed + 1000), v.shape, dtype)
-    outs, grads = {}, {}
-    for name, fn in (("full", full), ("frozen", frozen)):
-        # One forward pass gives both the output and, pulled back along g, the gradients.
-        outs[name], pullback = jax.vjp(lambda q, k, v, fn=fn: fn(q, k, v, num_landmarks), q, k, v)
-        grads[name] = pullback(g)
+    outs, grads, delta = _both_forms(q, k, v, g, num_landmarks)
     gap = jnp.abs(outs["full"] - outs["frozen"]).max()
-    delta = spectral_shift_delta(q, k, num_landmarks=num_landmarks)
     change = {}
     for i, name in enumerate("qkv"):
         a, b = grads["full"][i], grads["frozen"][i]
