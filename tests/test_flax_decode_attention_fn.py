@@ -69,15 +69,18 @@ def test_token_by_token_decode_equals_causal_full_run(name, pass_causal):
 def test_methods_without_cached_decode_refuse_it(name):
     with pytest.raises(ValueError, match="q_len == kv_len") as info:
         _decode_vs_full(name, pass_causal=True)
-    # Every refusal ends with the registry's list of the functions that do decode.
+    # Every refusal ends with the registry's list of the functions that do decode, after
+    # naming the decoder that carries the method's own state.
     assert str(info.value).endswith(cached_decode_hint())
+    assert "spectral_jax.nn.MultiHeadAttention(decode=True)" in str(info.value)
     if name == "memory_compressed":
         assert str(info.value) == (
             "memory_compressed_attention(): is_causal=True needs q_len == kv_len; got q_len=1 "
             f"and kv_len={N}. A query against a key/value cache (e.g. Flax's "
             "MultiHeadAttention(decode=True)) would see the newest memory slot incomplete, "
-            "which the causal form never does. Decode by running the whole prefix "
-            f"(decode=False, is_causal=True), or use another method. {cached_decode_hint()}")
+            "which the causal form never does. Decode with spectral_jax.attention.decode_step "
+            "or spectral_jax.nn.MultiHeadAttention(decode=True), which keep the memory "
+            f"slots. {cached_decode_hint()}")
 
 
 def _qkv(n: int = 20):

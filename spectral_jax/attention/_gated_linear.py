@@ -217,7 +217,9 @@ def gated_linear_attention(
         raise UsageError(
             f"{method}(): the recurrence needs q_len == kv_len; got {query.shape[-3]} and "
             f"{key.shape[-3]} (a key/value cache, as Flax's decode mode passes, does not hold "
-            f"the gated state). {cached_decode_hint()}"
+            "the gated state; spectral_jax.attention.decode_step and "
+            "spectral_jax.nn.MultiHeadAttention(decode=True) carry it). "
+            f"{cached_decode_hint()}"
         )
     gates = _check_gates(method, gates, key)
     _checks.choice(f"{method}()", "feature_map", feature_map, tuple(FEATURE_MAPS))

@@ -94,8 +94,9 @@ def _check_causal_lengths(method: str, is_causal: bool, query: Array, key: Array
             f"{method}(): is_causal=True needs q_len == kv_len; got q_len={query.shape[-3]} "
             f"and kv_len={key.shape[-3]}. A query against a key/value cache (e.g. Flax's "
             "MultiHeadAttention(decode=True)) would see the newest memory slot incomplete, "
-            "which the causal form never does. Decode by running the whole prefix "
-            f"(decode=False, is_causal=True), or use another method. {cached_decode_hint()}"
+            "which the causal form never does. Decode with spectral_jax.attention.decode_step "
+            "or spectral_jax.nn.MultiHeadAttention(decode=True), which keep the memory "
+            f"slots. {cached_decode_hint()}"
         )
 
 
@@ -158,8 +159,9 @@ def memory_compressed_attention(
       bias: must be None.
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: logit scale, default ``1/sqrt(head_dim)``.
-      is_causal: causal form (q_len must equal kv_len: there is no cached decoding, see
-        Raises).
+      is_causal: causal form (q_len must equal kv_len: one query against a key/value
+        cache is refused, see Raises; :func:`~spectral_jax.attention.decode_step` decodes
+        from the memory slots).
       key_conv: float ``(kernel, head_dim, head_dim)`` shared by the heads, or
         ``(heads, kernel, head_dim, head_dim)``: W_K, required. The paper uses kernel 3.
       value_conv: ``(kernel, v_head_dim, v_head_dim)`` or ``(heads, kernel, v_head_dim,
