@@ -5,6 +5,7 @@
     spectral-jax bench dump-qkv --workdir runs/listops_quick --out runs/listops_quick/qkv.npz
     spectral-jax bench error --qkv runs/listops_quick/qkv.npz --out benchmarks/error_listops
     spectral-jax bench compile --out benchmarks/compile_time_cpu
+    spectral-jax bench decode --lengths 1024 4096 16384 65536 --out benchmarks/decode_cpu
 
 Each writes ``<out>.json`` and ``<out>.png`` (and prints a rich table and where the files
 went); without ``--out``, into ``bench_out/`` (git-ignored), not the current folder. Bad
@@ -26,7 +27,8 @@ from spectral_jax import UsageError
 # Where results go without --out: one folder the repository's .gitignore lists.
 DEFAULT_OUT = {"speed": os.path.join("bench_out", "speed"),
                "error": os.path.join("bench_out", "error"),
-               "compile": os.path.join("bench_out", "compile")}
+               "compile": os.path.join("bench_out", "compile"),
+               "decode": os.path.join("bench_out", "decode")}
 
 
 def _console() -> Any:
@@ -200,6 +202,26 @@ def _compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _decode(args: argparse.Namespace) -> int:
+    from spectral_jax.lra.bench import decode, report
+
+    console = _console()
+    records = decode.run_decode(args.methods, lengths=args.lengths, steps=args.steps,
+                                batch=args.batch, heads=args.heads, head_dim=args.head_dim,
+                                repeats=args.repeats, progress=console.print)
+    title = (f"bench decode: batch {args.batch}, {args.heads} head(s), head_dim "
+             f"{args.head_dim}, float32, {args.steps} tokens per timed scan")
+    console.print(decode.decode_table(records, title=title))
+    payload = {"kind": "decode", "config": {k: v for k, v in vars(args).items()
+                                            if k != "func"},
+               "environment": {**_environment(), "load_average": os.getloadavg()},
+               "records": records}
+    json_path = report.write_json(f"{args.out}.json", payload)
+    png_path = decode.plot_decode(records, f"{args.out}.png", title=title)
+    console.print(_wrote(json_path, png_path), soft_wrap=True, highlight=False)
+    return 0
+
+
 def add_parser(subparsers: Any) -> None:
     """Registers ``bench`` with the ``speed``, ``error`` and ``dump-qkv`` subcommands.
 
@@ -288,6 +310,23 @@ def add_parser(subparsers: Any) -> None:
     cp.add_argument("--out", default=DEFAULT_OUT["compile"],
                     help="writes OUT.json and OUT.md (the default folder is git-ignored)")
     cp.set_defaults(func=_compile)
+
+    de = sub.add_parser("decode", help="per-token decoding time and state size vs context "
+                        "length, as ratios to softmax with a KV cache")
+    de.add_argument("--methods", nargs="+", type=_method, default=None, metavar="METHOD",
+                    help="methods with a decode form (default: all; softmax always runs)")
+    de.add_argument("--lengths", nargs="+", type=int,
+                    default=[1024, 2048, 4096, 8192, 16384, 32768, 65536],
+                    help="context lengths: tokens already in the state")
+    de.add_argument("--steps", type=int, default=64, help="tokens decoded per timed scan")
+    de.add_argument("--batch", type=int, default=1)
+    de.add_argument("--heads", type=int, default=1)
+    de.add_argument("--head-dim", type=int, default=16)
+    de.add_argument("--repeats", type=int, default=7,
+                    help="timed scans; the fastest is reported (and the median recorded)")
+    de.add_argument("--out", default=DEFAULT_OUT["decode"],
+                    help="writes OUT.json and OUT.png (the default folder is git-ignored)")
+    de.set_defaults(func=_decode)
 
     dq = sub.add_parser("dump-qkv", help="capture q/k/v of one attention layer of a trained run")
     dq.add_argument("--workdir", required=True, help="a `spectral-jax train` run directory")
