@@ -16,6 +16,7 @@ from spectral_jax.nn._attention_kwargs import (
     module_options,
     normalise_attention_kwargs,
 )
+from spectral_jax.nn._causal_lm import CausalLM, generate
 from spectral_jax.nn._classifier import (
     DualEncoderClassifier,
     SequenceClassifier,
@@ -45,6 +46,7 @@ from spectral_jax.nn._symmetric import PairwiseScores
 
 __all__ = [
     "STATE_MODULES",
+    "CausalLM",
     "ConvSkip",
     "DualEncoderClassifier",
     "EncoderBlock",
@@ -64,6 +66,7 @@ __all__ = [
     "TransformerEncoder",
     "allowed_attention_kwargs",
     "apply_rope",
+    "generate",
     "init_linformer_projection",
     "masked_mean",
     "module_options",

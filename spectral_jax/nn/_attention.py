@@ -321,7 +321,8 @@ class MultiHeadAttention(nnx.Module):
             query = apply_rope(query, positions)
             key = apply_rope(key, positions if key.shape[-3] == query.shape[-3] else None)
         if decode:
-            return self.out(_decode.decode_call(self, state, inputs_q, query, key, value, valid))
+            x = self.out(_decode.decode_call(self, state, inputs_q, query, key, value, valid))
+            return (x, None) if return_carry else x
         if mask is not None:  # Flax's make_attention_mask defaults to float 1/0
             mask = _attention.as_bool_mask("MultiHeadAttention", mask)
 

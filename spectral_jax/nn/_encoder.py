@@ -74,8 +74,8 @@ class EncoderBlock(nnx.Module):
         self.dropout = nnx.Dropout(c.dropout_rate, rngs=stream(rngs, "dropout", "params"))
 
     def __call__(self, x: Array, mask: Array | None, *, deterministic: bool,
-                 carry: Array | None = None,
-                 return_carry: bool = False) -> Array | tuple[Array, Array | None]:
+                 carry: Array | None = None, return_carry: bool = False,
+                 decode: bool | None = None) -> Array | tuple[Array, Array | None]:
         """Applies the block.
 
         Args:
@@ -85,12 +85,15 @@ class EncoderBlock(nnx.Module):
             carry: the previous block's carried attention state (Luna's P), or None.
             return_carry: also return the carry for the next block (see
               :class:`MultiHeadAttention`).
+            decode: decode the next token(s) from the attention's cache (its ``init_cache``;
+              ``mask`` must be None); None: the attention's own ``decode``.
 
         Returns:
             ``(batch, length, embed_dim)``; with ``return_carry``, ``(x, next_carry)``.
         """
         y, carry = self.attention(self.attention_norm(x), mask=mask,
-                                  deterministic=deterministic, carry=carry, return_carry=True)
+                                  deterministic=deterministic, carry=carry, return_carry=True,
+                                  decode=decode)
         x = x + self.dropout(y, deterministic=deterministic)
         y = nnx.gelu(self.mlp_in(self.mlp_norm(x)), approximate=False)
         y = self.mlp_out(self.dropout(y, deterministic=deterministic))

@@ -31,6 +31,7 @@ _SUBCOMMANDS = {
     "sweep": "spectral_jax.lra.cli.sweep",
     "data": "spectral_jax.lra.cli.data",
     "bench": "spectral_jax.lra.cli.bench",
+    "generate": "spectral_jax.lra.cli.generate",
 }
 # What the user gets wrong, as opposed to what the program gets wrong.
 _USAGE_ERRORS = (UsageError, FileNotFoundError, NotADirectoryError)

@@ -83,8 +83,9 @@ def model_config(config: ml_collections.ConfigDict, task: Any) -> TransformerCon
     )
 
 
-def build_model(cfg: TransformerConfig, dual: bool, seed: int) -> nnx.Module:
-    """The classifier for ``cfg``; parameters and random features seeded from ``seed``.
+def build_model(cfg: TransformerConfig, dual: bool, seed: int, *,
+                lm: bool = False) -> nnx.Module:
+    """The classifier for ``cfg`` (``lm``: the causal LM); parameters and features from ``seed``.
 
     Example:
         >>> from spectral_jax.nn import TransformerConfig
@@ -95,6 +96,10 @@ def build_model(cfg: TransformerConfig, dual: bool, seed: int) -> nnx.Module:
     keys = jax.random.split(jax.random.key(seed), 4)
     rngs = nnx.Rngs(params=keys[0], dropout=keys[1], landmarks=keys[2], features=keys[3])
     cls = DualEncoderClassifier if dual else SequenceClassifier
+    if lm:
+        from spectral_jax.nn import CausalLM
+
+        cls = CausalLM
     return cls(cfg, rngs=rngs)
 
 
@@ -147,6 +152,7 @@ def _redraw_at(model: nnx.Module, step: jax.Array, every: int, key: jax.Array) -
 def make_steps(
     graphdef: nnx.GraphDef, seed: int, replicated: jax.sharding.Sharding,
     batch: jax.sharding.Sharding, schedule: optax.Schedule, redraw_features_every: int = 0,
+    metrics: Callable[..., Any] | None = None,
 ) -> Steps:
     """Builds the train and eval steps of a split ``(model, optimizer)`` graph.
 
@@ -163,6 +169,8 @@ def make_steps(
         schedule: the learning-rate schedule (reported as ``learning_rate``; the rate
           applied at that step).
         redraw_features_every: redraw Performer features every this many steps; 0: never.
+        metrics: ``(model, batch, deterministic) -> (loss, sums)``; None: the classifiers'
+          (:mod:`spectral_jax.lra.train.objectives` has the others).
 
     Returns:
         :class:`Steps`.
@@ -172,6 +180,7 @@ def make_steps(
         calls ``state, metrics = steps.train(rng_state, state, batch)``.
     """
     base_key = jax.random.fold_in(jax.random.key(seed), 1)
+    _metrics_fn = metrics or _metrics
 
     def train_step(rng_state, state, batch_):
         model, optimizer = nnx.merge(graphdef, rng_state, state)
@@ -182,7 +191,7 @@ def make_steps(
             _redraw_at(model, step, redraw_features_every, jax.random.fold_in(key, 2))
 
         def loss_fn(model_):
-            return _metrics(model_, batch_, deterministic=False)
+            return _metrics_fn(model_, batch_, deterministic=False)
 
         (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
         optimizer.update(model, grads)
@@ -193,7 +202,7 @@ def make_steps(
 
     def eval_step(rng_state, state, batch_):
         model, _ = nnx.merge(graphdef, rng_state, state)
-        return _metrics(model, batch_, deterministic=True)[1]
+        return _metrics_fn(model, batch_, deterministic=True)[1]
 
     return Steps(
         train=jax.jit(
