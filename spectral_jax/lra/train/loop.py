@@ -25,6 +25,7 @@ from spectral_jax.lra.train import pretrain as pretrain_lib
 from spectral_jax.lra.train import run as run_lib
 from spectral_jax.lra.train import workdir as workdir_lib
 from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
+from spectral_jax.lra.train.objectives import bits_per_byte
 from spectral_jax.lra.train.report import MetricWriter, Reporter
 
 Meta = dict[str, Any]  # what a checkpoint stores besides the state: best_* and wall_time_s
@@ -222,7 +223,10 @@ def _summarize(window: list[dict[str, jax.Array]], seconds: float, step: int) ->
             f"learning_rate or set train.grad_clip_norm."
         )
     total = {k: float(sum(m[k] for m in host)) for k in ("loss_sum", "correct", "count", "tokens")}
+    lm = {"bits_per_byte": bits_per_byte({"bits_sum": sum(m["bits_sum"] for m in host),
+                                         "count": total["count"]})} if "bits_sum" in host[0] else {}
     return {
+        **lm,
         "loss": total["loss_sum"] / total["count"],
         "accuracy": total["correct"] / total["count"],
         "grad_norm": float(np.mean([m["grad_norm"] for m in host])),
@@ -254,11 +258,15 @@ def evaluate(
         if i == max_batches:
             break
         outputs.append(eval_step(rng_state, state, distributed.global_batch(batch, sharding)))
-    for out in jax.device_get(outputs):
+    host = jax.device_get(outputs)
+    if host and "bits_sum" in host[0]:  # the next-token objective
+        sums["bits_sum"] = 0.0
+    for out in host:
         for key in sums:
             sums[key] += float(out[key])
     count = max(sums["count"], 1.0)
-    return {"loss": sums["loss_sum"] / count, "accuracy": sums["correct"] / count,
+    lm = {"bits_per_byte": bits_per_byte(sums)} if "bits_sum" in sums else {}
+    return {**lm, "loss": sums["loss_sum"] / count, "accuracy": sums["correct"] / count,
             "count": int(sums["count"])}
 
 
@@ -290,6 +298,9 @@ def _final_evaluation(run: run_lib.Run, state: nnx.State, meta: Meta) -> dict[st
         "final_test_loss": final["loss"],
         "majority_baseline": data.majority_baseline(test),
         "test_examples": final["count"],
+        **({"test_bits_per_byte": best["bits_per_byte"],
+            "final_test_bits_per_byte": final["bits_per_byte"]} if "bits_per_byte" in final
+           else {}),
     }
 
 

@@ -23,7 +23,7 @@ from flax import nnx
 from spectral_jax import UsageError, _checks
 from spectral_jax.lra import data as data_lib
 from spectral_jax.lra.train import checkpoint as checkpoint_lib
-from spectral_jax.lra.train import distributed
+from spectral_jax.lra.train import distributed, objectives
 from spectral_jax.lra.train import pretrain as pretrain_lib
 from spectral_jax.lra.train import steps as steps_lib
 from spectral_jax.lra.train import workdir as workdir_lib
@@ -70,9 +70,11 @@ def setup_run(
         :class:`RunSetup`.
     """
     tx = steps_lib.make_optimizer(config)
+    objective = objectives.task_objective(config.task)
 
     def create():
-        model = steps_lib.build_model(model_cfg, dual, config.seed)
+        model = steps_lib.build_model(model_cfg, dual, config.seed,
+                                      lm=objective == objectives.NEXT_TOKEN)
         return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
 
     # Initialising inside one jit compiles once, instead of once per eager op, and creates
@@ -87,6 +89,7 @@ def setup_run(
     steps = steps_lib.make_steps(
         graphdef, config.seed, replicated, distributed.batch_sharding(mesh),
         steps_lib.make_schedule(config), config.train.redraw_features_every,
+        metrics=objectives.metrics_fn(objective),
     )
     return RunSetup(graphdef, rng_state, state, steps, int(num_params))
 
