@@ -198,10 +198,10 @@ def gated_linear_attention(
     Example:
       >>> import jax, jax.numpy as jnp
       >>> from spectral_jax.attention._gated_linear import gated_linear_attention
-      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
-      >>> g = jnp.full((2, 100, 4), 0.9)
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
+      >>> g = jnp.full((2, 128, 4), 0.9)
       >>> gated_linear_attention(q, k, v, gates=g).shape
-      (2, 100, 4, 16)
+      (2, 128, 4, 16)
     """
     method = "gated_linear_attention"
     _checks.boolean(f"{method}()", "is_causal", is_causal)

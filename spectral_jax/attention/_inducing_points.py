@@ -162,10 +162,10 @@ def inducing_points_attention(
     Example:
       >>> import jax
       >>> from spectral_jax.attention._inducing_points import inducing_points_attention
-      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 256, 4, 32))
-      >>> points = jax.random.normal(jax.random.key(1), (16, 4, 32))
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
+      >>> points = jax.random.normal(jax.random.key(1), (16, 4, 16))
       >>> inducing_points_attention(q, k, v, inducing_points=points).shape
-      (2, 256, 4, 32)
+      (2, 128, 4, 16)
     """
     method = "inducing_points_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)

@@ -160,9 +160,9 @@ def linear_attention(
     Example:
       >>> import jax
       >>> from spectral_jax.attention import linear_attention
-      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
       >>> linear_attention(q, k, v, is_causal=True).shape
-      (2, 100, 4, 16)
+      (2, 128, 4, 16)
     """
     method = "linear_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)

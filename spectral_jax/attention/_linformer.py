@@ -89,10 +89,10 @@ def linformer_attention(
     Example:
       >>> import jax, jax.numpy as jnp
       >>> from spectral_jax.attention import linformer_attention
-      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
       >>> e = jax.random.normal(jax.random.key(1), (32, 128)) / 128**0.5
       >>> linformer_attention(q, k, v, key_projection=e).shape
-      (2, 100, 4, 16)
+      (2, 128, 4, 16)
     """
     method = "linformer_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)

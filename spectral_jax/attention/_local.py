@@ -147,9 +147,9 @@ def local_attention(
     Example:
       >>> import jax
       >>> from spectral_jax.attention._local import local_attention
-      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
       >>> local_attention(q, k, v, window=8, is_causal=True).shape
-      (2, 100, 4, 16)
+      (2, 128, 4, 16)
     """
     method = "local_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)

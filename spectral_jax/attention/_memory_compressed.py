@@ -191,10 +191,10 @@ def memory_compressed_attention(
     Example:
       >>> import jax, jax.numpy as jnp
       >>> from spectral_jax.attention._memory_compressed import memory_compressed_attention
-      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
       >>> w = jax.random.normal(jax.random.key(1), (3, 16, 16)) / jnp.sqrt(3 * 16)
       >>> memory_compressed_attention(q, k, v, key_conv=w, value_conv=w).shape
-      (2, 100, 4, 16)
+      (2, 128, 4, 16)
     """
     method = "memory_compressed_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)

@@ -196,10 +196,10 @@ def performer_attention(
     Example:
       >>> import jax
       >>> from spectral_jax.attention import performer_attention, orthogonal_random_features
-      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 100, 4, 16))
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
       >>> w = orthogonal_random_features(jax.random.key(1), 64, 16)
       >>> performer_attention(q, k, v, projection=w).shape
-      (2, 100, 4, 16)
+      (2, 128, 4, 16)
     """
     method = "performer_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)

@@ -343,8 +343,8 @@ def get_attention(name: str) -> Callable[..., object]:
     Example:
       >>> import jax.numpy as jnp
       >>> from spectral_jax.attention import get_attention
-      >>> x = jnp.ones((1, 8, 2, 4))
-      >>> get_attention("nystrom")(x, x, x, num_landmarks=4).shape
-      (1, 8, 2, 4)
+      >>> x = jnp.ones((2, 128, 4, 16))
+      >>> get_attention("nystrom")(x, x, x, num_landmarks=16).shape
+      (2, 128, 4, 16)
     """
     return get_attention_spec(name).fn

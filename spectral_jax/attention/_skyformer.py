@@ -210,9 +210,9 @@ def skyformer_attention(
     Example:
       >>> import jax
       >>> from spectral_jax.attention import skyformer_attention
-      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 256, 4, 32))
-      >>> skyformer_attention(q, k, v, num_landmarks=32, rng=jax.random.key(1)).shape
-      (2, 256, 4, 32)
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
+      >>> skyformer_attention(q, k, v, num_landmarks=16, rng=jax.random.key(1)).shape
+      (2, 128, 4, 16)
     """
     method = "skyformer_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)

@@ -302,9 +302,9 @@ def spectral_shift_attention(
     Example:
       >>> import jax
       >>> from spectral_jax.attention import spectral_shift_attention
-      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 256, 4, 32))
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
       >>> spectral_shift_attention(q, k, v, num_landmarks=16).shape
-      (2, 256, 4, 32)
+      (2, 128, 4, 16)
     """
     method = "spectral_shift_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
@@ -355,8 +355,9 @@ def spectral_shift_delta(
     Example:
       >>> import jax, jax.numpy as jnp
       >>> from spectral_jax.attention import spectral_shift_delta
-      >>> q = 4.0 * jax.random.normal(jax.random.key(0), (1, 128, 2, 16))
-      >>> bool((spectral_shift_delta(q, q, num_landmarks=8) > 0.5).all())  # sharp: δ near 1
+      >>> q = 4.0 * jax.random.normal(jax.random.key(0), (2, 128, 4, 16))
+      >>> delta = jax.jit(spectral_shift_delta, static_argnames="num_landmarks")
+      >>> bool((delta(q, q, num_landmarks=16) > 0.5).all())  # sharp: δ near 1
       True
     """
     method = "spectral_shift_delta"

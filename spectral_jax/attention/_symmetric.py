@@ -195,9 +195,9 @@ def symmetric_spectral_shift_attention(
     Example:
       >>> import jax
       >>> from spectral_jax.attention import symmetric_spectral_shift_attention
-      >>> x, v = jax.random.normal(jax.random.key(0), (2, 1, 128, 2, 16))
+      >>> x, v = jax.random.normal(jax.random.key(0), (2, 2, 128, 4, 16))
       >>> symmetric_spectral_shift_attention(x, x, v, num_landmarks=16).shape
-      (1, 128, 2, 16)
+      (2, 128, 4, 16)
     """
     method = "symmetric_spectral_shift_attention"
     _common.check_flax_kwargs(method, flax_kwargs)
