@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from spectral_jax import UsageError
 from spectral_jax.attention import _common
-from spectral_jax.attention._decode_form import DecodeForm, lift_step
+from spectral_jax.attention._decode_form import DecodeForm, lift_step, put
 
 Array = jax.Array
 
@@ -58,18 +58,16 @@ def _cache_prefill(q, k, v, lengths, max_length, params):
     return {"key": fill(k), "value": fill(v)}
 
 
-def _cache_step(arrays, position, q, k, v, params):
+def _cache_step(arrays, position, write, q, k, v, params):
     scale = _scale(params, q.shape[-1])
 
-    def core(state, pos, q1, k1, v1, _):
-        keys = jax.lax.dynamic_update_index_in_dim(state["key"], k1.astype(state["key"].dtype),
-                                                   pos, 0)
-        values = jax.lax.dynamic_update_index_in_dim(
-            state["value"], v1.astype(state["value"].dtype), pos, 0)
+    def core(state, pos, write1, q1, k1, v1, _):
+        keys = put(state["key"], pos, k1, write1)
+        values = put(state["value"], pos, v1, write1)
         valid = jnp.arange(keys.shape[0]) <= pos
         return _attend(q1, keys, values, valid, scale), {"key": keys, "value": values}
 
-    return lift_step(core, arrays, position, q, k, v, {})
+    return lift_step(core, arrays, position, write, q, k, v, {})
 
 
 KV_CACHE = DecodeForm(
@@ -110,7 +108,7 @@ def _ring_prefill(q, k, v, lengths, max_length, params):
     return {"key": ring_prefill(k, lengths, size), "value": ring_prefill(v, lengths, size)}
 
 
-def _ring_step(arrays, position, q, k, v, params):
+def _ring_step(arrays, position, write, q, k, v, params):
     size = _window(params) + 1
     if arrays["key"].shape[-2] != size:
         raise UsageError(
@@ -119,16 +117,14 @@ def _ring_step(arrays, position, q, k, v, params):
             "decode with the window the state was built with.")
     scale = _scale(params, q.shape[-1])
 
-    def core(state, pos, q1, k1, v1, _):
+    def core(state, pos, write1, q1, k1, v1, _):
         slot = pos % size
-        keys = jax.lax.dynamic_update_index_in_dim(state["key"], k1.astype(state["key"].dtype),
-                                                   slot, 0)
-        values = jax.lax.dynamic_update_index_in_dim(
-            state["value"], v1.astype(state["value"].dtype), slot, 0)
+        keys = put(state["key"], slot, k1, write1)
+        values = put(state["value"], slot, v1, write1)
         valid = ring_positions(pos, size) >= 0
         return _attend(q1, keys, values, valid, scale), {"key": keys, "value": values}
 
-    return lift_step(core, arrays, position, q, k, v, {})
+    return lift_step(core, arrays, position, write, q, k, v, {})
 
 
 RING_BUFFER = DecodeForm(

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 Array = jax.Array
 
@@ -25,10 +26,11 @@ class DecodeForm(NamedTuple):
       prefill: ``(q, k, v, lengths, max_length, params) -> arrays``: the state after each
         example's first ``lengths`` (int ``(B,)``) rows of the right-padded prompts q, k, v
         ``(B, P, H, d)``.
-      step: ``(arrays, position, q, k, v, params) -> (out, arrays)`` with ``position`` int
-        ``(B,)`` (the new token's index), q, k, v ``(B, H, d)``; ``out`` is ``(B, H, d_v)``.
-        The token is always written: the caller keeps the old arrays of examples whose
-        token is padding or refused.
+      step: ``(arrays, position, write, q, k, v, params) -> (out, arrays)`` with
+        ``position`` int ``(B,)`` (the new token's index), ``write`` bool ``(B,)``, q, k, v
+        ``(B, H, d)``; ``out`` is ``(B, H, d_v)``. Examples whose ``write`` is False (a
+        padding or refused token) keep their arrays unchanged; the others take the token.
+        Stored rows are written in place (:func:`put`), so a step costs no copy of a cache.
       summary: one line for docs and error messages: what the state holds.
       outputs: ``(q, k, v, lengths, params) -> (B, P, H, d_v)``, the prompt's outputs when
         they are not the method's parallel causal call (None: that call).
@@ -42,15 +44,28 @@ class DecodeForm(NamedTuple):
 
 
 def lift_step(core: Callable[..., tuple[Array, dict[str, Array]]], arrays: dict[str, Array],
-              position: Array, q: Array, k: Array, v: Array,
+              position: Array, write: Array, q: Array, k: Array, v: Array,
               per_head: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
-    """``core(arrays_h, position_b, q_h, k_h, v_h, per_head_h)`` over batch and heads.
+    """``core(arrays_h, position_b, write_b, q_h, k_h, v_h, per_head_h)`` over batch and heads.
 
-    ``arrays`` and ``per_head`` hold ``(B, H, ...)`` arrays, ``position`` is ``(B,)`` and
-    q, k, v are ``(B, H, d)``; the result is ``((B, H, d_v), arrays)``.
+    ``arrays`` and ``per_head`` hold ``(B, H, ...)`` arrays, ``position`` and ``write`` are
+    ``(B,)`` and q, k, v are ``(B, H, d)``; the result is ``((B, H, d_v), arrays)``.
     """
-    over_heads = jax.vmap(core, in_axes=(0, None, 0, 0, 0, 0), axis_name="heads")
-    return jax.vmap(over_heads, axis_name="batch")(arrays, position, q, k, v, per_head)
+    over_heads = jax.vmap(core, in_axes=(0, None, None, 0, 0, 0, 0), axis_name="heads")
+    return jax.vmap(over_heads, axis_name="batch")(arrays, position, write, q, k, v, per_head)
+
+
+def put(x: Array, index: Array, row: Array, write: Array) -> Array:
+    """``x`` with row ``index`` set to ``row`` where ``write``, else unchanged (in place: only
+    that row is read and written; an index past the end is clamped and rewrites itself)."""
+    old = jax.lax.dynamic_index_in_dim(x, index, 0, keepdims=False)
+    return jax.lax.dynamic_update_index_in_dim(x, jnp.where(write, row.astype(x.dtype), old),
+                                               index, 0)
+
+
+def choose(write: Array, new: dict[str, Array], old: dict[str, Array]) -> dict[str, Array]:
+    """``new`` where ``write``, else ``old`` (small running states, selected whole)."""
+    return {n: jnp.where(write, new[n], old[n]) for n in new}
 
 
 def lift_prefill(core: Callable[..., Any], per_head: tuple[Array, ...],

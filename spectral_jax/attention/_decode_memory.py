@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from spectral_jax import UsageError
 from spectral_jax.attention import _common
 from spectral_jax.attention._decode_cache import ring_prefill
-from spectral_jax.attention._decode_form import DecodeForm, lift_step
+from spectral_jax.attention._decode_form import DecodeForm, lift_step, put
 from spectral_jax.attention._memory_compressed import compress_memory
 
 Array = jax.Array
@@ -96,7 +96,7 @@ def _conv_per_head(conv: Array, batch: int, heads: int) -> Array:
     return jnp.broadcast_to(conv, (batch, *conv.shape))
 
 
-def _step(arrays, position, q, k, v, params):
+def _step(arrays, position, write, q, k, v, params):
     kernel, stride = _geometry(params)
     if arrays["key"].shape[-2] != kernel:
         raise UsageError(
@@ -107,12 +107,10 @@ def _step(arrays, position, q, k, v, params):
     convs = {"key": _conv_per_head(params["key_conv"], b, h),
              "value": _conv_per_head(params["value_conv"], b, h)}
 
-    def core(s, pos, q1, k1, v1, conv):
+    def core(s, pos, write1, q1, k1, v1, conv):
         ct = s["memory_key"].dtype
         slot = pos % kernel
-        ring = {name: jax.lax.dynamic_update_index_in_dim(s[name], x.astype(s[name].dtype),
-                                                          slot, 0)
-                for name, x in (("key", k1), ("value", v1))}
+        ring = {name: put(s[name], slot, x, write1) for name, x in (("key", k1), ("value", v1))}
         # The ring in position order pos − k + 1 .. pos (its oldest slot first).
         order = (pos - kernel + 1 + jnp.arange(kernel)) % kernel
         complete = (pos >= kernel - 1) & ((pos - kernel + 1) % stride == 0)
@@ -121,14 +119,13 @@ def _step(arrays, position, q, k, v, params):
         for name in ("key", "value"):
             new = jnp.einsum("td,tde->e", ring[name][order].astype(ct), conv[name].astype(ct),
                              precision=_HI)
-            old = s["memory_" + name]
-            memory[name] = jnp.where(complete, old.at[index].set(new), old)
+            memory[name] = put(s["memory_" + name], index, new, complete & write1)
         seen = jnp.arange(memory["key"].shape[0]) < _completed(pos, kernel, stride)
         logits = memory["key"] @ (q1.astype(ct) * scale)
         out = _common.masked_softmax(logits, seen) @ memory["value"]
         return out, {"memory_key": memory["key"], "memory_value": memory["value"], **ring}
 
-    return lift_step(core, arrays, position, q, k, v, convs)
+    return lift_step(core, arrays, position, write, q, k, v, convs)
 
 
 COMPRESSED_MEMORY = DecodeForm(

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax.attention import _common
-from spectral_jax.attention._decode_form import DecodeForm, lift_prefill, lift_step
+from spectral_jax.attention._decode_form import DecodeForm, choose, lift_prefill, lift_step
 from spectral_jax.attention._linear import FEATURE_MAPS
 
 Array = jax.Array
@@ -71,18 +71,19 @@ def _linear_prefill(q, k, v, lengths, max_length, params):
     return {"state": jnp.einsum("bhpr,bhpe->bhre", fk, vv), "norm": fk.sum(2)}
 
 
-def _linear_step(arrays, position, q, k, v, params):
+def _linear_step(arrays, position, write, q, k, v, params):
     phi, eps = _phi(params), params["eps"]
 
-    def core(s, pos, q1, k1, v1, _):
+    def core(s, pos, write1, q1, k1, v1, _):
         del pos
         ct = _common.compute_dtype(q1.dtype)
         fk = phi(k1.astype(ct))
         state = s["state"] + jnp.outer(fk, v1.astype(ct))
         norm = s["norm"] + fk
-        return _read(phi(q1.astype(ct)), state, norm, eps), {"state": state, "norm": norm}
+        new = {"state": state, "norm": norm}
+        return _read(phi(q1.astype(ct)), state, norm, eps), choose(write1, new, s)
 
-    return lift_step(core, arrays, position, q, k, v, {})
+    return lift_step(core, arrays, position, write, q, k, v, {})
 
 
 FEATURE_STATE = DecodeForm(
@@ -128,11 +129,11 @@ def _performer_prefill(q, k, v, lengths, max_length, params):
     return lift_prefill(core, (jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), written))
 
 
-def _performer_step(arrays, position, q, k, v, params):
+def _performer_step(arrays, position, write, q, k, v, params):
     w, scale = params["projection"], _performer_scale(params, q.shape[-1])
     inv_sqrt_r = 1.0 / math.sqrt(w.shape[0])
 
-    def core(s, pos, q1, k1, v1, _):
+    def core(s, pos, write1, q1, k1, v1, _):
         del pos
         k_logits = _performer_logits(k1[None], w, scale)[0]
         m = jnp.maximum(s["stabiliser"], k_logits.max())
@@ -144,9 +145,10 @@ def _performer_step(arrays, position, q, k, v, params):
         norm = decay * s["norm"] + fk
         q_logits = _performer_logits(q1[None], w, scale)[0]
         fq = jnp.exp(q_logits - jax.lax.stop_gradient(q_logits.max())) * inv_sqrt_r
-        return _read(fq, state, norm, 0.0), {"state": state, "norm": norm, "stabiliser": m}
+        new = {"state": state, "norm": norm, "stabiliser": m}
+        return _read(fq, state, norm, 0.0), choose(write1, new, s)
 
-    return lift_step(core, arrays, position, q, k, v, {})
+    return lift_step(core, arrays, position, write, q, k, v, {})
 
 
 RANDOM_FEATURE_STATE = DecodeForm(
@@ -188,20 +190,21 @@ def _gated_prefill(q, k, v, lengths, max_length, params):
     return lift_prefill(core, (jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), gates))
 
 
-def _gated_step(arrays, position, q, k, v, params):
+def _gated_step(arrays, position, write, q, k, v, params):
     phi, eps = _phi(params), params["eps"]
     b, h = q.shape[:2]
     gates = _gates(params["gates"], (b, 1, h))[:, 0]  # (B, H)
 
-    def core(s, pos, q1, k1, v1, g):
+    def core(s, pos, write1, q1, k1, v1, g):
         del pos
         ct = _common.compute_dtype(q1.dtype)
         fk = phi(k1.astype(ct))
         state = g * s["state"] + (1 - g) * jnp.outer(fk, v1.astype(ct))
         norm = g * s["norm"] + (1 - g) * fk
-        return _read(phi(q1.astype(ct)), state, norm, eps), {"state": state, "norm": norm}
+        new = {"state": state, "norm": norm}
+        return _read(phi(q1.astype(ct)), state, norm, eps), choose(write1, new, s)
 
-    return lift_step(core, arrays, position, q, k, v, gates)
+    return lift_step(core, arrays, position, write, q, k, v, gates)
 
 
 GATED_STATE = DecodeForm(

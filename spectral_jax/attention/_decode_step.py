@@ -115,15 +115,10 @@ def decode_step(
                 f"{caller}: examples {np.flatnonzero(~np.asarray(finite)).tolist()} have a "
                 "non-finite key, value or gate; it would enter the decoding state.")
     arrays = {n: flat_batch(a, batch_shape) for n, a in state.arrays.items()}
-    out, new = form.step(arrays, position, q, k, v, flat_params)
     next_ok = ok & ~full & finite
     write = want & next_ok
-
-    def keep(old: Array, fresh: Array) -> Array:
-        mask = write.reshape((b,) + (1,) * (old.ndim - 1))
-        return jnp.where(mask, fresh, old)
-
-    arrays = {n: keep(arrays[n], new[n]).reshape(state.arrays[n].shape) for n in arrays}
+    out, new = form.step(arrays, position, write, q, k, v, flat_params)
+    arrays = {n: new[n].reshape(state.arrays[n].shape) for n in arrays}
     out = jnp.where(next_ok[:, None, None], out, jnp.nan)
     out = jnp.where(want[:, None, None], out, 0.0).astype(query.dtype)
     next_state = DecodeState(state.method, state.max_length,
