@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 
 from spectral_jax.lra import cli
 
-CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                      "lra/listops:quick")
+CONFIG = "lra/listops:quick"
 
 
 def test_bench_compile_writes_ratios(tmp_path):
