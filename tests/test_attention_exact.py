@@ -1,6 +1,12 @@
-"""Each method against its exact O(n²) target, at the limits where it must be exact, in float64."""
+"""Each method against its exact O(n²) target, at the limits where it must be exact, in float64.
+
+Methods are called through ``jitted``: one compiled program per method, static keywords and
+shape, reused by every seed and test at that shape (compiling dominates the tests' time).
+"""
 
 from __future__ import annotations
+
+import functools
 
 import chex
 import jax
@@ -8,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpy_reference as ref
 import pytest
-from attention_cases import random_walk, rel_err
+from attention_cases import jitted, random_walk, rel_err
 
 from spectral_jax import attention as sa
 
@@ -50,7 +56,7 @@ def test_softmax_matches_numpy_with_mask_and_bias(causal):
     valid = jnp.arange(40) < 33
     mask = valid[None, None, None, :]
     bias = 0.1 * jax.random.normal(jax.random.key(2), (1, 1, 40, 40))
-    out = sa.softmax_attention(q, k, v, bias=bias, mask=mask, is_causal=causal)
+    out = jitted(sa.softmax_attention, is_causal=causal)(q, k, v, bias=bias, mask=mask)
     logits = (_np(q) @ _np(k).T) / np.sqrt(8) + np.asarray(bias)[0, 0]
     allowed = np.broadcast_to(np.asarray(valid), (40, 40))
     if causal:
@@ -58,7 +64,7 @@ def test_softmax_matches_numpy_with_mask_and_bias(causal):
     expected = ref.softmax(logits, allowed) @ _np(v)
     np.testing.assert_allclose(_np(out), expected, atol=2e-5)
     np.testing.assert_allclose(
-        _np(sa.reference_attention(q, k, v, bias=bias, mask=mask, is_causal=causal)),
+        _np(jitted(sa.reference_attention, is_causal=causal)(q, k, v, bias=bias, mask=mask)),
         expected,
         atol=2e-5,
     )
@@ -110,7 +116,7 @@ def test_pinv_on_landmark_softmax_kernel_and_preconditioned_gaussian():
 def test_landmarks_at_least_length_is_exact_softmax(fn):
     q, k, v = _qkv64(4, (2, 50, 2, 8))
     chex.assert_trees_all_close(
-        fn(q, k, v, num_landmarks=64), sa.reference_attention(q, k, v), atol=1e-12
+        jitted(fn, num_landmarks=64)(q, k, v), jitted(sa.reference_attention)(q, k, v), atol=1e-12
     )
 
 
@@ -120,8 +126,8 @@ def test_one_landmark_per_token_with_exact_pinv_reproduces_s():
     q, k, v = _qkv64(5, (1, 32, 1, 8))
     valid = jnp.arange(32) < 12
     mask = valid[None, None, :, None] & valid[None, None, None, :]
-    out = sa.nystrom_attention(q, k, v, mask=mask, num_landmarks=16, pinv_iterations=None)
-    expected = sa.reference_attention(q, k, v, mask=mask)
+    out = jitted(sa.nystrom_attention, num_landmarks=16, pinv_iterations=None)(q, k, v, mask=mask)
+    expected = jitted(sa.reference_attention)(q, k, v, mask=mask)
     chex.assert_trees_all_close(out, expected, atol=1e-9)
 
 
@@ -130,12 +136,13 @@ def test_nystrom_matches_numpy_formula_when_length_not_divisible(n, m):
     q, k, v = _qkv64(6, (1, n, 1, 8))
     valid = np.arange(n) < n - 7
     mask = jnp.asarray(valid)[None, None, :, None] & jnp.asarray(valid)[None, None, None, :]
-    out = sa.nystrom_attention(q, k, v, mask=mask, num_landmarks=m)
+    out = jitted(sa.nystrom_attention, num_landmarks=m)(q, k, v, mask=mask)
     f, a, b = ref.nystrom_kernels(_np(q), _np(k), 1 / np.sqrt(8), m, valid)
     expected = f @ ref.pinv_iteration(a, 6) @ (b @ _np(v))
     expected[~valid] = 0.0
     np.testing.assert_allclose(_np(out), expected, atol=1e-10)
-    assert rel_err(_np(out)[valid], _np(sa.reference_attention(q, k, v, mask=mask))[valid]) < 0.1
+    exact = jitted(sa.reference_attention)(q, k, v, mask=mask)
+    assert rel_err(_np(out)[valid], _np(exact)[valid]) < 0.1
 
 
 # ---------------------------------------------------------------- spectral shifting
@@ -150,15 +157,16 @@ def _sharp(seed, n=256, d=16, norm=3.0):
 def test_spectral_shift_with_zero_shift_is_nystrom_bitwise():
     q, k, v = (x.astype(jnp.float32) for x in _qkv64(7, (2, 96, 2, 8)))
     np.testing.assert_array_equal(
-        np.asarray(sa.spectral_shift_attention(q, k, v, num_landmarks=16, shift="zero")),
-        np.asarray(sa.nystrom_attention(q, k, v, num_landmarks=16)),
+        np.asarray(jitted(sa.spectral_shift_attention, num_landmarks=16, shift="zero")(q, k, v)),
+        np.asarray(jitted(sa.nystrom_attention, num_landmarks=16)(q, k, v)),
     )
 
 
 def test_spectral_shift_matches_numpy_closed_form():
     q, k, v = _sharp(8, n=96, d=8, norm=2.0)
     m = 12
-    out = sa.spectral_shift_attention(q, k, v, num_landmarks=m, pinv_iterations=None, shift="exact")
+    closed = dict(num_landmarks=m, pinv_iterations=None, shift="exact")
+    out = jitted(sa.spectral_shift_attention, **closed)(q, k, v)
     valid = np.ones(96, bool)
     qn, kn, vn = _np(q), _np(k), _np(v)
     f, a, b = ref.nystrom_kernels(qn, kn, 1 / np.sqrt(8), m, valid)
@@ -172,13 +180,7 @@ def test_spectral_shift_matches_numpy_closed_form():
     np.testing.assert_allclose(np.trace(approx), np.trace(s), rtol=1e-10)
     np.testing.assert_allclose(approx.sum(-1), 1.0, atol=1e-8)
     np.testing.assert_allclose(
-        float(
-            sa.spectral_shift_delta(q, k, num_landmarks=m, pinv_iterations=None, shift="exact")[
-                0, 0
-            ]
-        ),
-        delta,
-        rtol=1e-10,
+        float(jitted(sa.spectral_shift_delta, **closed)(q, k)[0, 0]), delta, rtol=1e-10
     )
 
 
@@ -217,22 +219,25 @@ def test_spectral_shift_outputs_and_gradients_match_float64_formula(shift, rows)
     q, k, v = _sharp(11, n=64, d=8, norm=1.0)
     q = q + 0.5 * jax.random.normal(jax.random.key(13), q.shape, jnp.float64)
     g = jax.random.normal(jax.random.key(12), v.shape, jnp.float64)
-    ref_out, delta = _shift_reference(_np(q), _np(k), _np(v), 8, shift, rows)
-    assert 0.05 < float(delta) < 0.95
 
-    def loss_ref(q, k, v):
-        return jnp.sum(_np(g) * _shift_reference(q, k, v, 8, shift, rows)[0])
-
-    def loss(q, k, v):
-        return jnp.sum(
-            g.astype(jnp.float32)
-            * sa.spectral_shift_attention(q, k, v, num_landmarks=8, shift=shift)
+    @jax.jit
+    def reference(q, k, v):  # (output, δ) and the gradients of sum(g * output)
+        (out, delta), pullback = jax.vjp(
+            lambda q, k, v: _shift_reference(q, k, v, 8, shift, rows), q, k, v
         )
+        return out, delta, pullback((_np(g), jnp.zeros_like(delta)))
 
-    ref_grads = jax.grad(loss_ref, argnums=(0, 1, 2))(_np(q), _np(k), _np(v))
-    q32, k32, v32 = (x.astype(jnp.float32) for x in (q, k, v))
-    out = sa.spectral_shift_attention(q32, k32, v32, num_landmarks=8, shift=shift)
-    grads = jax.grad(loss, argnums=(0, 1, 2))(q32, k32, v32)
+    @jax.jit
+    def method(q, k, v):  # the output and the gradients of sum(g * output), in float32
+        out, pullback = jax.vjp(
+            lambda q, k, v: sa.spectral_shift_attention(q, k, v, num_landmarks=8, shift=shift),
+            q, k, v,
+        )
+        return out, pullback(g.astype(jnp.float32))
+
+    ref_out, delta, ref_grads = reference(_np(q), _np(k), _np(v))
+    assert 0.05 < float(delta) < 0.95
+    out, grads = method(*(x.astype(jnp.float32) for x in (q, k, v)))
     for got, want in zip((out, *grads), (ref_out, *ref_grads)):
         np.testing.assert_allclose(_np(got), want, rtol=0, atol=2e-5 * float(jnp.abs(want).max()))
 
@@ -241,26 +246,26 @@ def test_spectral_shift_on_identity_attention_is_exact():
     # q = k with huge norms: S = I to float64 precision, tr S = n, δ = 1, and the output is V
     # whatever the landmarks; the pre-(1 − δ) form F(Z − δF⁺B⁺)B + δI missed this by 3-12%.
     q, k, v = _sharp(2, n=128, d=64, norm=3.0)
-    exact = sa.reference_attention(q, k, v)
+    exact = jitted(sa.reference_attention)(q, k, v)
     np.testing.assert_allclose(_np(exact), _np(v), atol=1e-12)
     for m in (8, 32):
-        out = sa.spectral_shift_attention(q, k, v, num_landmarks=m, shift="exact")
+        out = jitted(sa.spectral_shift_attention, num_landmarks=m, shift="exact")(q, k, v)
         assert rel_err(out, exact) < 1e-9, m
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_spectral_shift_beats_nystrom_on_sharp_and_ties_on_diffuse(seed):
     q, k, v = _sharp(seed)
-    exact = sa.reference_attention(q, k, v)
+    exact = jitted(sa.reference_attention)(q, k, v)
     for m in (16, 32):
-        nys = rel_err(sa.nystrom_attention(q, k, v, num_landmarks=m), exact)
-        ss = rel_err(sa.spectral_shift_attention(q, k, v, num_landmarks=m), exact)
+        nys = rel_err(jitted(sa.nystrom_attention, num_landmarks=m)(q, k, v), exact)
+        ss = rel_err(jitted(sa.spectral_shift_attention, num_landmarks=m)(q, k, v), exact)
         assert nys > 0.9 and ss < 0.6 * nys, (m, nys, ss)
     q, k, v = _qkv64(10 + seed, (1, 256, 1, 16))
-    exact = sa.reference_attention(q, k, v)
+    exact = jitted(sa.reference_attention)(q, k, v)
     for m in (8, 16, 32):
-        nys = rel_err(sa.nystrom_attention(q, k, v, num_landmarks=m), exact)
-        ss = rel_err(sa.spectral_shift_attention(q, k, v, num_landmarks=m), exact)
+        nys = rel_err(jitted(sa.nystrom_attention, num_landmarks=m)(q, k, v), exact)
+        ss = rel_err(jitted(sa.spectral_shift_attention, num_landmarks=m)(q, k, v), exact)
         assert ss <= 1.01 * nys, (m, nys, ss)
 
 
@@ -300,12 +305,14 @@ def test_symmetric_shift_exact_with_one_landmark_per_token(kernel):
     x, _, v = _qkv64(12, (1, 40, 1, 8))
     valid = jnp.arange(40) < 20
     mask = valid[None, None, :, None] & valid[None, None, None, :]
-    out = sa.symmetric_spectral_shift_attention(x, x, v, mask=mask, kernel=kernel, num_landmarks=24)
-    target = (
-        sa.reference_attention(x, x, v, mask=mask)
-        if kernel == "softmax"
-        else sa.kernelized_attention(x, x, v, mask=mask)
-    )
+    # key is query: one traced array passed as both.
+    out = jax.jit(
+        lambda x, v, mask: sa.symmetric_spectral_shift_attention(
+            x, x, v, mask=mask, kernel=kernel, num_landmarks=24
+        )
+    )(x, v, mask)
+    exact = sa.reference_attention if kernel == "softmax" else sa.kernelized_attention
+    target = jitted(exact)(x, x, v, mask=mask)
     chex.assert_trees_all_close(out, target, atol=1e-8)
 
 
@@ -313,17 +320,12 @@ def test_symmetric_shift_frobenius_error_not_above_nystrom():
     # Gaussian kernel with a flat spectral tail (well-separated points): the shift recovers it.
     x = 2.0 * jax.random.normal(jax.random.key(13), (1, 128, 1, 8), jnp.float64)
     eye = jnp.eye(128, dtype=jnp.float64)[None, :, None, :]
-    exact = sa.kernelized_attention(x, x, eye)
-    nys = rel_err(
-        sa.symmetric_spectral_shift_attention(
-            x, None, eye, kernel="gaussian", num_landmarks=16, shift="none"
-        ),
-        exact,
+    exact = jitted(sa.kernelized_attention)(x, x, eye)
+    symmetric = functools.partial(
+        jitted, sa.symmetric_spectral_shift_attention, kernel="gaussian", num_landmarks=16
     )
-    ss = rel_err(
-        sa.symmetric_spectral_shift_attention(x, None, eye, kernel="gaussian", num_landmarks=16),
-        exact,
-    )
+    nys = rel_err(symmetric(shift="none")(x, None, eye), exact)
+    ss = rel_err(symmetric()(x, None, eye), exact)
     assert ss < 0.5 * nys, (nys, ss)
     with pytest.raises(ValueError, match="key == query"):
         sa.symmetric_spectral_shift_attention(x, x + 1.0, eye)
@@ -336,7 +338,7 @@ def test_kernelized_matches_gaussian_kernel_formula():
     q, k, v = _qkv64(14, (1, 30, 1, 8))
     c = 8**-0.25
     expected = ref.gaussian_kernel(_np(q) * c, _np(k) * c) @ _np(v)
-    np.testing.assert_allclose(_np(sa.kernelized_attention(q, k, v)), expected, atol=1e-10)
+    np.testing.assert_allclose(_np(jitted(sa.kernelized_attention)(q, k, v)), expected, atol=1e-10)
 
 
 def test_skyformer_with_every_position_is_kernelized_attention():
@@ -344,11 +346,11 @@ def test_skyformer_with_every_position_is_kernelized_attention():
     valid = jnp.arange(48)[None, :] < jnp.array([[40], [48]])
     mask = valid[:, None, :, None] & valid[:, None, None, :]
     # Example 0 has 40 valid tokens: 80 landmarks are every valid query and key once.
-    out = sa.skyformer_attention(
-        q[:1], k[:1], v[:1], mask=mask[:1], num_landmarks=80, ridge=0.0, pinv_iterations=None
+    out = jitted(sa.skyformer_attention, num_landmarks=80, ridge=0.0, pinv_iterations=None)(
+        q[:1], k[:1], v[:1], mask=mask[:1]
     )
     chex.assert_trees_all_close(
-        out, sa.kernelized_attention(q[:1], k[:1], v[:1], mask=mask[:1]), atol=1e-8
+        out, jitted(sa.kernelized_attention)(q[:1], k[:1], v[:1], mask=mask[:1]), atol=1e-8
     )
 
 
@@ -381,7 +383,7 @@ def test_skyformer_error_falls_with_landmarks():
 @pytest.mark.parametrize("causal", [False, True])
 def test_linear_attention_matches_formula(causal):
     q, k, v = _qkv64(17, (1, 50, 1, 8))
-    out = sa.linear_attention(q, k, v, is_causal=causal, chunk_size=16)  # 16 does not divide 50
+    out = jitted(sa.linear_attention, is_causal=causal, chunk_size=16)(q, k, v)  # 16 ∤ 50
     np.testing.assert_allclose(
         _np(out), ref.linear_attention(_np(q), _np(k), _np(v), causal), atol=1e-10
     )
@@ -391,7 +393,7 @@ def test_linear_attention_matches_formula(causal):
 def test_performer_matches_favor_formula(causal):
     q, k, v = _qkv64(18, (1, 40, 1, 8))
     w = sa.orthogonal_random_features(jax.random.key(0), 24, 8, dtype=jnp.float64)
-    out = sa.performer_attention(q, k, v, projection=w, is_causal=causal, chunk_size=16)
+    out = jitted(sa.performer_attention, is_causal=causal, chunk_size=16)(q, k, v, projection=w)
     c = 8**-0.25
     wn = np.asarray(w)
 
@@ -409,19 +411,14 @@ def test_performer_matches_favor_formula(causal):
 
 def test_performer_error_falls_with_features():
     q, k, v = (0.5 * x for x in _qkv64(19, (1, 128, 1, 16), step=0.2))
-    exact = sa.reference_attention(q, k, v)
+    exact = jitted(sa.reference_attention)(q, k, v)
     means = []
     for r in (8, 64, 512):
+        features = jitted(sa.orthogonal_random_features, num_features=r, head_dim=16,
+                          dtype=jnp.float64)
         errs = [
             rel_err(
-                sa.performer_attention(
-                    q,
-                    k,
-                    v,
-                    projection=sa.orthogonal_random_features(
-                        jax.random.key(s), r, 16, dtype=jnp.float64
-                    ),
-                ),
+                jitted(sa.performer_attention)(q, k, v, projection=features(jax.random.key(s))),
                 exact,
             )
             for s in range(4)
@@ -438,15 +435,16 @@ def test_orthogonal_features_are_orthogonal_within_blocks():
 
 def test_linformer_identity_projection_is_exact_and_short_inputs_use_first_columns():
     q, k, v = _qkv64(20, (1, 48, 1, 8))
+    linformer = jitted(sa.linformer_attention)
     chex.assert_trees_all_close(
-        sa.linformer_attention(q, k, v, key_projection=jnp.eye(48, dtype=jnp.float64)),
-        sa.reference_attention(q, k, v),
+        linformer(q, k, v, key_projection=jnp.eye(48, dtype=jnp.float64)),
+        jitted(sa.reference_attention)(q, k, v),
         atol=1e-10,
     )
     e = jax.random.normal(jax.random.key(1), (16, 64), jnp.float64)  # max_length 64 > 48
     valid = np.arange(48) < 40
     mask = jnp.asarray(valid)[None, None, :, None] & jnp.asarray(valid)[None, None, None, :]
-    out = sa.linformer_attention(q, k, v, mask=mask, key_projection=e)
+    out = linformer(q, k, v, mask=mask, key_projection=e)
     en = np.asarray(e)[:, :48]
     kk, vv = _np(k) * valid[:, None], _np(v) * valid[:, None]
     expected = ref.softmax(_np(q) @ (en @ kk).T / np.sqrt(8)) @ (en @ vv)
@@ -471,19 +469,12 @@ def test_performer_converges_to_softmax_with_many_features():
         s * jax.random.normal(key, (1, 16, 1, 8), jnp.float64)
         for s, key in zip((0.5, 0.5, 1.0), jax.random.split(jax.random.key(21), 3))
     )
-    exact = sa.reference_attention(q, k, v)
+    exact = jitted(sa.reference_attention)(q, k, v)
+    features = jitted(sa.orthogonal_random_features, num_features=65536, head_dim=8,
+                      dtype=jnp.float64)
     errs = [
-        rel_err(
-            sa.performer_attention(
-                q,
-                k,
-                v,
-                projection=sa.orthogonal_random_features(
-                    jax.random.key(s), 65536, 8, dtype=jnp.float64
-                ),
-            ),
-            exact,
-        )
+        rel_err(jitted(sa.performer_attention)(q, k, v, projection=features(jax.random.key(s))),
+                exact)
         for s in range(2)
     ]
     # Biased features stalled at about 0.08 here whatever the number of features.
@@ -496,9 +487,10 @@ def test_few_valid_keys_are_exact_whatever_the_padding(fn):
     # 128 in a batch with a full example, the landmark path must give the same answer.
     q, k, v = _qkv64(22, (2, 128, 2, 8))
     lengths = jnp.array([40, 128])
-    padded = fn(q, k, v, num_landmarks=64, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
-    alone = fn(q[:1, :40], k[:1, :40], v[:1, :40], num_landmarks=64)
+    fn = jitted(fn, num_landmarks=64)
+    padded = fn(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+    alone = fn(q[:1, :40], k[:1, :40], v[:1, :40])
     chex.assert_trees_all_close(padded[0, :40], alone[0], atol=1e-9)
     chex.assert_trees_all_close(
-        alone, sa.reference_attention(q[:1, :40], k[:1, :40], v[:1, :40]), atol=1e-12
+        alone, jitted(sa.reference_attention)(q[:1, :40], k[:1, :40], v[:1, :40]), atol=1e-12
     )
