@@ -5,7 +5,9 @@ through one small module per kind of state (random features, length projections,
 rng stream, inducing points, Luna's packed sequence, RFA-Gate's gates) and the optional
 Nyström conv skip, and rotates queries and keys with :func:`apply_rope` when asked (RoPE).
 :class:`TransformerEncoder`, :class:`SequenceClassifier` and :class:`DualEncoderClassifier`
-are the Long Range Arena models, configured by a frozen :class:`TransformerConfig`.
+are the Long Range Arena models, configured by a frozen :class:`TransformerConfig`;
+:class:`CausalLM` is a decoder-only language model on the same blocks, and :func:`generate`
+continues a prompt with its decoding cache.
 :func:`allowed_attention_kwargs` and :func:`module_options` say which ``attention_kwargs`` a
 method takes; :func:`normalise_attention_kwargs` gives their one stored (hashable) form.
 """
