@@ -3,7 +3,7 @@
 One test per module, found with ``pkgutil.walk_packages``, so a new module is covered
 without editing this file. Private modules (``_nystrom`` and the like) hold the docstrings
 of the public functions they define, so they are included too. Examples use small shapes,
-and the attention functions' examples share one, ``(2, 128, 4, 16)``: an eager call compiles
+and the attention methods' examples share one, ``(2, 128, 4, 16)``: an eager call compiles
 each primitive once per shape and process, so examples on one shape reuse each other's.
 """
 

@@ -200,9 +200,9 @@ def nystrom_attention(
     Example:
       >>> import jax
       >>> from spectral_jax.attention import nystrom_attention
-      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 256, 4, 32))
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 128, 4, 16))
       >>> nystrom_attention(q, k, v, num_landmarks=16).shape
-      (2, 256, 4, 32)
+      (2, 128, 4, 16)
     """
     method = "nystrom_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
