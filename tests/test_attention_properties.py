@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import chex
@@ -19,7 +20,12 @@ from attention_cases import (
     qkv,
 )
 
-from spectral_jax.attention import ATTENTIONS, get_attention, spectral_shift_delta
+from spectral_jax.attention import (
+    ATTENTIONS,
+    get_attention,
+    resolve_head_chunk_size,
+    spectral_shift_delta,
+)
 
 B, N, H, D = 2, 48, 2, 8
 
@@ -27,6 +33,49 @@ B, N, H, D = 2, 48, 2, 8
 def _call(name, q, k, v, **extra):
     kw = method_kwargs(name, n=k.shape[-3], head_dim=q.shape[-1]) | extra
     return get_attention(name)(q, k, v, **kw)
+
+
+@functools.cache
+def _programs(name, n, head_dim, static):
+    """name's call and its pullback, jitted once per length, head_dim and static keywords.
+
+    The tests compare outputs at one shape over many inputs and masks: the arrays are traced
+    arguments, so every test that calls the method at that shape runs the same compiled
+    program (compiling dominates the suite's time; eager calls compile op by op).
+    """
+    kw = method_kwargs(name, n=n, head_dim=head_dim) | dict(static)
+    fn = get_attention(name)
+
+    def attention(q, k, v, **arrays):
+        return fn(q, k, v, **kw, **arrays)
+
+    def pullback(q, k, v, cotangent, **arrays):
+        out, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, **arrays), q, k, v)
+        return out, vjp(cotangent)
+
+    return jax.jit(attention), jax.jit(pullback)
+
+
+def _split(extra):
+    static = tuple(sorted((key, x) for key, x in extra.items() if not isinstance(x, jax.Array)))
+    return static, {key: x for key, x in extra.items() if isinstance(x, jax.Array)}
+
+
+def _jcall(name, q, k, v, **extra):
+    """_call, jitted: array keywords are traced, the others are part of the program."""
+    static, arrays = _split(extra)
+    return _programs(name, k.shape[-3], q.shape[-1], static)[0](q, k, v, **arrays)
+
+
+def _jgrad(name, q, k, v, cotangent, **extra):
+    """The output and the gradients of sum(output * cotangent) w.r.t. (q, k, v), jitted."""
+    static, arrays = _split(extra)
+    return _programs(name, k.shape[-3], q.shape[-1], static)[1](q, k, v, cotangent, **arrays)
+
+
+def _jout(name, q, k, v, **extra):
+    """_jcall's output from the pullback program, where a gradient test compiles it anyway."""
+    return _jgrad(name, q, k, v, jnp.zeros(q.shape[:-1] + v.shape[-1:], q.dtype), **extra)[0]
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +92,8 @@ def test_padded_content_never_reaches_valid_outputs(name, inputs):
     mask = padding_mask(valid)
     noise = 100.0 * jax.random.normal(jax.random.key(9), (3, B, N, H, D))
     pad = ~valid[:, :, None, None]
-    out_zero = _call(name, *(jnp.where(pad, 0.0, x) for x in (q, k, v)), mask=mask)
-    out_noise = _call(name, *(jnp.where(pad, r, x) for x, r in zip((q, k, v), noise)), mask=mask)
+    out_zero = _jout(name, *(jnp.where(pad, 0.0, x) for x in (q, k, v)), mask=mask)
+    out_noise = _jout(name, *(jnp.where(pad, r, x) for x, r in zip((q, k, v), noise)), mask=mask)
     assert np.isfinite(np.asarray(out_noise)).all()
     sel = np.asarray(valid)
     chex.assert_trees_all_close(
@@ -60,9 +109,9 @@ def test_non_finite_padded_content_never_reaches_valid_outputs(name, inputs):
     q, k, v, valid = inputs
     mask = padding_mask(valid)
     pad = ~valid[:, :, None, None]
-    out_zero = _call(name, *(jnp.where(pad, 0.0, x) for x in (q, k, v)), mask=mask)
+    out_zero = _jout(name, *(jnp.where(pad, 0.0, x) for x in (q, k, v)), mask=mask)
     for fill in (jnp.inf, jnp.nan):
-        out = _call(name, *(jnp.where(pad, fill, x) for x in (q, k, v)), mask=mask)
+        out = _jout(name, *(jnp.where(pad, fill, x) for x in (q, k, v)), mask=mask)
         sel = np.asarray(valid)
         chex.assert_trees_all_close(
             np.asarray(out)[sel], np.asarray(out_zero)[sel], atol=1e-5, rtol=1e-5
@@ -74,11 +123,8 @@ def test_gradients_wrt_padded_inputs_are_zero_and_finite(name, inputs):
     q, k, v, valid = inputs
     mask = padding_mask(valid)
     weights = jax.random.normal(jax.random.key(3), (B, N, H, D))
-
-    def loss(q, k, v):
-        return jnp.sum(_call(name, q, k, v, mask=mask) * weights)
-
-    grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    # The gradients of sum(output * weights).
+    _, grads = _jgrad(name, q, k, v, weights, mask=mask)
     for g in grads:
         g = np.asarray(g)
         assert np.isfinite(g).all()
@@ -89,14 +135,14 @@ def test_gradients_wrt_padded_inputs_are_zero_and_finite(name, inputs):
 @pytest.mark.parametrize("name", NAMES)
 def test_example_independent_of_batch_and_other_heads(name):
     q, k, v = qkv(1, (1, N, H, D))
-    alone = _call(name, q, k, v)
+    alone = _jcall(name, q, k, v)
     big = [10.0 * x for x in qkv(2, (1, N, H, D))]
-    together = _call(name, *(jnp.concatenate([a, b]) for a, b in zip((q, k, v), big)))
+    together = _jout(name, *(jnp.concatenate([a, b]) for a, b in zip((q, k, v), big)))
     chex.assert_trees_all_close(together[:1], alone, atol=2e-5, rtol=2e-5)
     # Scaling head 1 leaves head 0 unchanged.
     scaled = [x.at[..., 1, :].multiply(10.0) for x in (q, k, v)]
     chex.assert_trees_all_close(
-        _call(name, *scaled)[..., 0, :], alone[..., 0, :], atol=2e-5, rtol=2e-5
+        _jcall(name, *scaled)[..., 0, :], alone[..., 0, :], atol=2e-5, rtol=2e-5
     )
 
 
@@ -105,17 +151,15 @@ def test_query_without_valid_keys_gives_zeros_and_finite_grads(name, inputs):
     q, k, v, _ = inputs
     valid = jnp.zeros((B, N), bool).at[1].set(True)  # example 0 entirely padded
     mask = padding_mask(valid)
-    out = _call(name, q, k, v, mask=mask)
+    out = _jout(name, q, k, v, mask=mask)
     np.testing.assert_array_equal(np.asarray(out[0]), 0.0)
     assert np.isfinite(np.asarray(out)).all()
-    g = jax.grad(lambda q, k, v: jnp.sum(_call(name, q, k, v, mask=mask) ** 2), argnums=(0, 1, 2))(
-        q, k, v
-    )
+    _, g = _jgrad(name, q, k, v, 2 * out, mask=mask)  # the gradients of sum(output²)
     assert all(np.isfinite(np.asarray(x)).all() for x in g)
     # Key padding alone (all queries valid, no valid key in example 0) also gives zeros.
     key_mask = jnp.broadcast_to(valid[:, None, None, :], (B, 1, N, N))
     if name in ("softmax", "kernelized"):
-        np.testing.assert_array_equal(np.asarray(_call(name, q, k, v, mask=key_mask)[0]), 0.0)
+        np.testing.assert_array_equal(np.asarray(_jout(name, q, k, v, mask=key_mask)[0]), 0.0)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -125,12 +169,12 @@ def test_jit_grad_and_outer_vmap_agree_with_eager(name):
     fn = get_attention(name)
     eager = fn(q, k, v, **kw)
     chex.assert_shape(eager, (B, N, H, D))
-    jitted = jax.jit(lambda q, k, v: fn(q, k, v, **kw))(q, k, v)
+    jitted = _jout(name, q, k, v)
     chex.assert_trees_all_close(jitted, eager, atol=1e-5, rtol=1e-5)
     # An extra leading batch axis through vmap equals the batched call.
-    vmapped = jax.vmap(lambda q, k, v: fn(q, k, v, **kw))(q[None], k[None], v[None])[0]
+    vmapped = jax.jit(jax.vmap(lambda q, k, v: fn(q, k, v, **kw)))(q[None], k[None], v[None])[0]
     chex.assert_trees_all_close(vmapped, eager, atol=1e-5, rtol=1e-5)
-    g = jax.grad(lambda v: jnp.sum(fn(q, k, v, **kw)))(v)
+    g = _jgrad(name, q, k, v, jnp.ones_like(v))[1][2]  # d sum(output) / d value
     assert np.isfinite(np.asarray(g)).all() and np.abs(np.asarray(g)).sum() > 0
 
 
@@ -153,11 +197,9 @@ def test_one_compile_per_shape(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_bf16_in_bf16_out_close_to_float32(name):
     q, k, v = qkv(6, (1, N, H, D))
-    kw = method_kwargs(name, n=N, head_dim=D)
-    fn = get_attention(name)
-    out16 = fn(*(x.astype(jnp.bfloat16) for x in (q, k, v)), **kw)
+    out16 = _jcall(name, *(x.astype(jnp.bfloat16) for x in (q, k, v)))
     assert out16.dtype == jnp.bfloat16
-    out32 = fn(*(x.astype(jnp.bfloat16).astype(jnp.float32) for x in (q, k, v)), **kw)
+    out32 = _jcall(name, *(x.astype(jnp.bfloat16).astype(jnp.float32) for x in (q, k, v)))
     err = float(jnp.linalg.norm(out16.astype(jnp.float32) - out32) / jnp.linalg.norm(out32))
     assert err < 1e-2  # only the final rounding to bf16: everything inside is float32
 
@@ -165,12 +207,10 @@ def test_bf16_in_bf16_out_close_to_float32(name):
 @pytest.mark.parametrize("name", CAUSAL)
 def test_causal_outputs_do_not_see_the_future(name):
     q, k, v = qkv(7, (1, N, H, D))
-    fn = get_attention(name)
-    kw = method_kwargs(name, n=N, head_dim=D)
-    base = fn(q, k, v, is_causal=True, **kw)
+    base = _jcall(name, q, k, v, is_causal=True)
     i = 20
     bumped = [x.at[:, i].add(5.0) for x in (q, k, v)]
-    out = fn(*bumped, is_causal=True, **kw)
+    out = _jcall(name, *bumped, is_causal=True)
     chex.assert_trees_all_close(out[:, :i], base[:, :i], atol=1e-6, rtol=1e-6)
     assert float(jnp.abs(out[:, i:] - base[:, i:]).max()) > 1e-3
 
@@ -207,7 +247,7 @@ def test_accepts_flax_attention_fn_keywords(name):
         precision=None,
         module=None,
     )
-    chex.assert_trees_all_close(_call(name, q, k, v, **flax_kw), _call(name, q, k, v))
+    chex.assert_trees_all_close(_jcall(name, q, k, v, **flax_kw), _jcall(name, q, k, v))
     with pytest.raises(TypeError, match="num_landmark"):
         _call(name, q, k, v, num_landmark=3)
 
@@ -230,23 +270,18 @@ def test_head_chunks_give_the_same_outputs_and_gradients(name, inputs):
     mask = padding_mask(valid)
     weights = jax.random.normal(jax.random.key(3), (B, N, H, D))
 
-    def run(chunk):
-        def loss(q, k, v):
-            out = _call(name, q, k, v, mask=mask, head_chunk_size=chunk)
-            return jnp.sum(out * weights), out
+    def run(chunk):  # the output and the gradients of sum(output * weights)
+        chunks = {} if chunk is None else {"head_chunk_size": chunk}
+        return _jgrad(name, q, k, v, weights, mask=mask, **chunks)
 
-        grad_fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))
-        (_, out), grads = grad_fn(q, k, v)
-        return out, grads
-
-    reference = run(B * H)
+    # The default chunk at this size is all of them, the program the gradient tests compile.
+    assert resolve_head_chunk_size(name, None, B * H, N) == B * H
+    reference = run(None)
     for chunk in (1, 3):
         chex.assert_trees_all_close(run(chunk), reference, atol=1e-5, rtol=1e-5)
 
 
 def test_default_head_chunk_size_on_cpu():
-    from spectral_jax.attention import resolve_head_chunk_size
-
     assert jax.default_backend() == "cpu"
     # About 4096 tokens per step on CPU, at least one slice, and plain vmap when the loop
     # would have two steps or fewer.
@@ -265,12 +300,10 @@ def test_seq_lengths_are_an_o_n_padding_mask(name, inputs):
     # eagerly and with the lengths traced under jit.
     q, k, v, valid = inputs
     lengths = valid.sum(-1).astype(jnp.int32)  # [30, 48]
-    by_mask = _call(name, q, k, v, mask=padding_mask(valid))
+    by_mask = _jout(name, q, k, v, mask=padding_mask(valid))
     by_lengths = _call(name, q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
     chex.assert_trees_all_close(by_lengths, by_mask, atol=1e-6, rtol=1e-6)
-    jitted = jax.jit(
-        lambda lq, lk: _call(name, q, k, v, query_seq_lengths=lq, key_value_seq_lengths=lk)
-    )(lengths, lengths)
+    jitted = _jcall(name, q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
     chex.assert_trees_all_close(jitted, by_mask, atol=1e-5, rtol=1e-5)
     # Concrete lengths captured by a jitted function are still checked, and still work.
     captured = jax.jit(
@@ -282,7 +315,7 @@ def test_seq_lengths_are_an_o_n_padding_mask(name, inputs):
         jax.jit(lambda: _call(name, q, k, v, key_value_seq_lengths=too_long))()
     # Lengths and a mask combine by `and`: keys by length, queries by mask.
     query_mask = valid[:, None, :, None] & jnp.ones((1, 1, 1, N), bool)
-    both = _call(name, q, k, v, mask=query_mask, key_value_seq_lengths=lengths)
+    both = _jcall(name, q, k, v, mask=query_mask, key_value_seq_lengths=lengths)
     chex.assert_trees_all_close(both, by_mask, atol=1e-6, rtol=1e-6)
     if name == "spectral_shift":
         chex.assert_trees_all_close(
@@ -302,15 +335,15 @@ def test_key_padding_mask_alone_keeps_padded_queries_out_of_valid_outputs(name, 
     key_mask = valid[:, None, None, :]
     noisy_q = jnp.where(valid[:, :, None, None], q, 100.0)
     sel = np.asarray(valid)
-    clean = np.asarray(_call(name, q, k, v, mask=key_mask))[sel]
-    noisy = np.asarray(_call(name, noisy_q, k, v, mask=key_mask))[sel]
+    clean = np.asarray(_jcall(name, q, k, v, mask=key_mask))[sel]
+    noisy = np.asarray(_jcall(name, noisy_q, k, v, mask=key_mask))[sel]
     chex.assert_trees_all_close(clean, noisy, atol=1e-5, rtol=1e-5)
 
 
 def test_equal_length_cross_attention_with_a_key_mask_keeps_every_query():
     # Key padding must not be read as query padding: every query still gets its output.
     q, k, v, valid = qkv(11, (B, N, H, D)) + (jnp.arange(N)[None, :] < jnp.array([[30], [N]]),)
-    out = np.asarray(_call("nystrom", q, k, v, mask=valid[:, None, None, :]))
+    out = np.asarray(_jcall("nystrom", q, k, v, mask=valid[:, None, None, :]))
     assert (np.abs(out[0, 30:]).sum(-1) > 0).all()
 
 
