@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import doctest
 import importlib
-import pathlib
 import pkgutil
 
 import pytest
 
 import spectral_jax
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # The layers a user meets by name: each must be found by the walk below.
 PUBLIC_PACKAGES = ("spectral_jax.attention", "spectral_jax.nn", "spectral_jax.linen",
