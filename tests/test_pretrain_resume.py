@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from train_child import run_child
+from train_child import run_child, tiny_listops_overrides
 
 from spectral_jax.lra.train import checkpoint as checkpoint_lib
 from spectral_jax.lra.train import pretrain_stage
@@ -31,15 +31,7 @@ SPEC = "lra/listops:quick,attention=softmax"
 
 
 def _overrides(data_dir: Path) -> list[str]:
-    return [
-        f"data.dir={data_dir}", "train.steps=8", "train.pretrain_steps=6", "train.batch_size=8",
-        "train.eval_every=4", "train.log_every=4", "train.eval_steps=-1",
-        "train.schedule.warmup_steps=1", "model.num_layers=1", "model.embed_dim=16",
-        "model.qkv_dim=16", "model.mlp_dim=32", "model.dropout_rate=0.2",
-        "model.max_length=32", "data.options.max_length=32", "data.generate.num_train=48",
-        "data.generate.num_val=16", "data.generate.num_test=12", "data.generate.min_length=8",
-        "data.generate.max_length=32", "data.generate.max_depth=3",
-    ]
+    return [*tiny_listops_overrides(data_dir), "train.pretrain_steps=6"]
 
 
 def _config(root: Path):

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from train_child import ENV, run_child
+from train_child import ENV, run_child, tiny_listops_overrides
 
 from spectral_jax.lra.train import checkpoint as checkpoint_lib
 from spectral_jax.lra.train import run as run_lib
@@ -33,18 +33,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = "lra/listops:quick,attention=softmax"
 
 
-def _overrides(data_dir: Path, steps: int = 8) -> list[str]:
-    return [
-        f"data.dir={data_dir}", f"train.steps={steps}", "train.batch_size=8",
-        "train.eval_every=4", "train.log_every=4", "train.eval_steps=-1",
-        "train.schedule.warmup_steps=1", "model.num_layers=1", "model.embed_dim=16",
-        "model.qkv_dim=16", "model.mlp_dim=32", "model.dropout_rate=0.2",
-        "model.max_length=32", "data.options.max_length=32", "data.generate.num_train=48",
-        "data.generate.num_val=16", "data.generate.num_test=12", "data.generate.min_length=8",
-        "data.generate.max_length=32", "data.generate.max_depth=3",
-    ]
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """An uninterrupted run: its workdir and results."""
@@ -54,7 +42,7 @@ def reference(tmp_path_factory):
 
 
 def _config(root: Path, steps: int = 8):
-    return load_config(SPEC, _overrides(root / "listops", steps))
+    return load_config(SPEC, tiny_listops_overrides(root / "listops", steps))
 
 
 def _state_at(workdir: Path, step: int, like) -> dict:
@@ -77,7 +65,7 @@ def test_signal_saves_the_step_and_resume_is_bit_exact(reference, signum):
     workdir = root / f"interrupted_{signum.name}"
     # `spectral-jax train` signalling itself when the loop asks for the batch of step 6.
     child = run_child(["train", "--config", SPEC, "--workdir", str(workdir),
-                       *(f"--config.{o}" for o in _overrides(root / "listops"))],
+                       *(f"--config.{o}" for o in tiny_listops_overrides(root / "listops"))],
                       signum=signum, at_step=6)
     assert child.returncode == 128 + signum, child.stderr[-3000:]
     message = "interrupted at step 6; checkpoint saved; rerun the same command to resume"
@@ -144,7 +132,8 @@ def test_sweep_forwards_the_signal_and_stops_after_the_run_saved(tmp_path):
     command = [sys.executable, "-m", "spectral_jax.lra.cli", "sweep", "--config",
                "lra/listops:quick", "--attention", "softmax,linear",
                "--seeds", "0", "--workdir", str(sweep_dir),
-               *(f"--config.{o}" for o in _overrides(tmp_path / "listops", steps=100000)),
+               *(f"--config.{o}"
+                 for o in tiny_listops_overrides(tmp_path / "listops", steps=100000)),
                "--config.train.log_every=1", "--config.train.eval_every=100000"]
     sweep = subprocess.Popen(command, env={**ENV, "PYTHONUNBUFFERED": "1",
                                            "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"},

@@ -20,6 +20,20 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
        "JAX_DISABLE_MOST_OPTIMIZATIONS": "true"}
 
+def tiny_listops_overrides(data_dir: Path, steps: int = 8) -> list[str]:
+    """Overrides of `lra/listops:quick` for a run of a few seconds: a 1-layer model on 48
+    generated examples of at most 32 tokens, evaluated and logged every 4 steps."""
+    return [
+        f"data.dir={data_dir}", f"train.steps={steps}", "train.batch_size=8",
+        "train.eval_every=4", "train.log_every=4", "train.eval_steps=-1",
+        "train.schedule.warmup_steps=1", "model.num_layers=1", "model.embed_dim=16",
+        "model.qkv_dim=16", "model.mlp_dim=32", "model.dropout_rate=0.2",
+        "model.max_length=32", "data.options.max_length=32", "data.generate.num_train=48",
+        "data.generate.num_val=16", "data.generate.num_test=12", "data.generate.min_length=8",
+        "data.generate.max_length=32", "data.generate.max_depth=3",
+    ]
+
+
 # argv: `spectral-jax` arguments, or `--config-json FILE WORKDIR` for train_and_evaluate on a
 # config that no config file gives. STOP_SIGNAL (0: none) is sent at the batch of STOP_AT_STEP.
 _SCRIPT = textwrap.dedent("""

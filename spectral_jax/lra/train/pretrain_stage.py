@@ -10,6 +10,7 @@ a resumed stage repeats the uninterrupted one bit for bit.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -18,7 +19,6 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
-import optax
 from flax import nnx
 
 from spectral_jax.lra import data
@@ -64,41 +64,15 @@ def setup(run: Any) -> tuple[nnx.GraphDef, nnx.State, nnx.State, Any]:
 
 def _make_steps(graphdef: nnx.GraphDef, config: ml_collections.ConfigDict, mask_id: int,
                 replicated: Any, batch_sharding: Any) -> tuple[Any, Any]:
-    schedule = steps_lib.make_schedule(config)
-    every = config.train.redraw_features_every
-    options = dict(kind=pretrain_lib.objective(config), mask_id=mask_id,
-                   rate=float(config.train.get("pretrain_mask_rate", 0.5)))
-    # Keys of their own (the fine-tune folds in 1): masks and dropout differ between stages.
-    base_key = jax.random.fold_in(jax.random.key(config.seed), 2)
-    eval_key = jax.random.fold_in(jax.random.key(config.seed), 3)
-
-    def train_step(rng_state, state, batch):
-        model, optimizer = nnx.merge(graphdef, rng_state, state)
-        step = optimizer.step[...]
-        key = jax.random.fold_in(base_key, step)
-        nnx.reseed(model, dropout=jax.random.fold_in(key, 0), landmarks=jax.random.fold_in(key, 1))
-        if every:
-            steps_lib._redraw_at(model, step, every, jax.random.fold_in(key, 2))
-
-        def loss_fn(model_):
-            return pretrain_lib.stage_metrics(model_, batch, jax.random.fold_in(key, 3),
-                                              deterministic=False, **options)
-
-        (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
-        optimizer.update(model, grads)
-        sums.update(learning_rate=schedule(step), grad_norm=optax.tree.norm(grads),
-                    finite=jax.numpy.isfinite(loss))
-        return nnx.split((model, optimizer), nnx.RngState, ...)[2], sums
-
-    def eval_step(rng_state, state, batch):
-        model, _ = nnx.merge(graphdef, rng_state, state)
-        return pretrain_lib.stage_metrics(model, batch, eval_key, deterministic=True,
-                                          **options)[1]
-
-    shardings = (replicated, replicated, batch_sharding)
-    return (jax.jit(train_step, in_shardings=shardings, out_shardings=(replicated, replicated),
-                    donate_argnums=1),
-            jax.jit(eval_step, in_shardings=shardings, out_shardings=replicated))
+    metrics = functools.partial(
+        pretrain_lib.stage_metrics, kind=pretrain_lib.objective(config), mask_id=mask_id,
+        rate=float(config.train.get("pretrain_mask_rate", 0.5)))
+    # Keys of their own (the fine-tune's stream is 1): masks and dropout differ between stages.
+    steps = steps_lib.make_steps(
+        graphdef, config.seed, replicated, batch_sharding, steps_lib.make_schedule(config),
+        config.train.redraw_features_every, metrics, stream=2,
+        eval_key=jax.random.fold_in(jax.random.key(config.seed), 3))
+    return steps.train, steps.eval
 
 
 def _evaluate(eval_step, rng_state, state, split, batch_size, sharding, max_batches):

@@ -152,7 +152,8 @@ def _redraw_at(model: nnx.Module, step: jax.Array, every: int, key: jax.Array) -
 def make_steps(
     graphdef: nnx.GraphDef, seed: int, replicated: jax.sharding.Sharding,
     batch: jax.sharding.Sharding, schedule: optax.Schedule, redraw_features_every: int = 0,
-    metrics: Callable[..., Any] | None = None,
+    metrics: Callable[..., Any] | None = None, *, stream: int = 1,
+    eval_key: jax.Array | None = None,
 ) -> Steps:
     """Builds the train and eval steps of a split ``(model, optimizer)`` graph.
 
@@ -170,7 +171,12 @@ def make_steps(
           applied at that step).
         redraw_features_every: redraw Performer features every this many steps; 0: never.
         metrics: ``(model, batch, deterministic) -> (loss, sums)``; None: the classifiers'
-          (:mod:`spectral_jax.lra.train.objectives` has the others).
+          (:mod:`spectral_jax.lra.train.objectives` has the others). With ``eval_key`` set,
+          it is also called with ``key=``: ``fold_in(step key, 3)`` in a train step and
+          ``eval_key`` in evaluation (the pretraining stage draws its token masks from it).
+        stream: the steps' randomness comes from ``fold_in(key(seed), stream)``: 1 for the
+          classifier, another number for a stage that must not share its dropout and masks.
+        eval_key: see ``metrics``; None: the metrics take no key.
 
     Returns:
         :class:`Steps`.
@@ -179,8 +185,9 @@ def make_steps(
         :func:`spectral_jax.lra.train.run.setup_run` builds a run's steps with it; the loop then
         calls ``state, metrics = steps.train(rng_state, state, batch)``.
     """
-    base_key = jax.random.fold_in(jax.random.key(seed), 1)
+    base_key = jax.random.fold_in(jax.random.key(seed), stream)
     _metrics_fn = metrics or _metrics
+    keyed = eval_key is not None
 
     def train_step(rng_state, state, batch_):
         model, optimizer = nnx.merge(graphdef, rng_state, state)
@@ -191,7 +198,8 @@ def make_steps(
             _redraw_at(model, step, redraw_features_every, jax.random.fold_in(key, 2))
 
         def loss_fn(model_):
-            return _metrics_fn(model_, batch_, deterministic=False)
+            extra = {"key": jax.random.fold_in(key, 3)} if keyed else {}
+            return _metrics_fn(model_, batch_, deterministic=False, **extra)
 
         (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
         optimizer.update(model, grads)
@@ -202,7 +210,8 @@ def make_steps(
 
     def eval_step(rng_state, state, batch_):
         model, _ = nnx.merge(graphdef, rng_state, state)
-        return _metrics_fn(model, batch_, deterministic=True)[1]
+        extra = {"key": eval_key} if keyed else {}
+        return _metrics_fn(model, batch_, deterministic=True, **extra)[1]
 
     return Steps(
         train=jax.jit(
