@@ -66,39 +66,35 @@ def test_train_exit_code_and_message_for_config_errors(tmp_path, capsys):
 
 
 def test_train_eval_roundtrip(tmp_path, capsys):
-    jax.config.update("jax_disable_most_optimizations", True)
-    try:
-        workdir = tmp_path / "run"
-        overrides = [
-            f"--config.data.dir={tmp_path / 'lo'}", "--config.data.generate.num_train=32",
-            "--config.data.generate.num_val=8", "--config.data.generate.num_test=8",
-            "--config.data.generate.min_length=8", "--config.data.generate.max_length=24",
-            "--config.data.generate.max_depth=3", "--config.data.options.max_length=24",
-            "--config.model.max_length=24", "--config.model.num_layers=1",
-            "--config.model.attention_kwargs.num_landmarks=4", "--config.train.steps=2",
-            "--config.train.eval_every=1", "--config.train.batch_size=8",
-        ]
-        args = parse(["train", "--config", f"{LISTOPS}:quick", "--workdir", str(workdir),
-                      *overrides])
-        assert args.func(args) == 0
-        out = capsys.readouterr().out
-        results = json.loads((workdir / "results.json").read_text())
-        assert f"test accuracy {results['test_accuracy']:.4f}" in out
-        baseline = results["majority_baseline"]
-        assert f"majority-class baseline of the test split {baseline:.4f}" in out
-        args = parse(["eval", "--workdir", str(workdir), "--checkpoint", "latest"])
-        assert args.func(args) == 0
-        evaluated = json.loads(capsys.readouterr().out.splitlines()[-1])
-        assert evaluated["step"] == 2 and evaluated["count"] == 8
-        assert evaluated["accuracy"] == pytest.approx(results["final_test_accuracy"])
-        assert evaluated["loss"] == pytest.approx(results["final_test_loss"], rel=1e-5)
-        args = parse(["eval", "--workdir", str(workdir), "--checkpoint", "best"])
-        assert args.func(args) == 0
-        best = json.loads(capsys.readouterr().out.splitlines()[-1])
-        assert best["step"] == results["best_step"]
-        assert best["accuracy"] == pytest.approx(results["test_accuracy"])
-    finally:
-        jax.config.update("jax_disable_most_optimizations", False)
+    workdir = tmp_path / "run"
+    overrides = [
+        f"--config.data.dir={tmp_path / 'lo'}", "--config.data.generate.num_train=32",
+        "--config.data.generate.num_val=8", "--config.data.generate.num_test=8",
+        "--config.data.generate.min_length=8", "--config.data.generate.max_length=24",
+        "--config.data.generate.max_depth=3", "--config.data.options.max_length=24",
+        "--config.model.max_length=24", "--config.model.num_layers=1",
+        "--config.model.attention_kwargs.num_landmarks=4", "--config.train.steps=2",
+        "--config.train.eval_every=1", "--config.train.batch_size=8",
+    ]
+    args = parse(["train", "--config", f"{LISTOPS}:quick", "--workdir", str(workdir),
+                  *overrides])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    results = json.loads((workdir / "results.json").read_text())
+    assert f"test accuracy {results['test_accuracy']:.4f}" in out
+    baseline = results["majority_baseline"]
+    assert f"majority-class baseline of the test split {baseline:.4f}" in out
+    args = parse(["eval", "--workdir", str(workdir), "--checkpoint", "latest"])
+    assert args.func(args) == 0
+    evaluated = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert evaluated["step"] == 2 and evaluated["count"] == 8
+    assert evaluated["accuracy"] == pytest.approx(results["final_test_accuracy"])
+    assert evaluated["loss"] == pytest.approx(results["final_test_loss"], rel=1e-5)
+    args = parse(["eval", "--workdir", str(workdir), "--checkpoint", "best"])
+    assert args.func(args) == 0
+    best = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert best["step"] == results["best_step"]
+    assert best["accuracy"] == pytest.approx(results["test_accuracy"])
 
 
 def _result(task, attention, acc, protocol="lra", seed=0):

@@ -35,14 +35,6 @@ TINY_MODEL = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _fast_compiles():
-    # Tiny models: XLA's optimisation passes cost more than they save here.
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", False)
-
-
 def tiny_config(task: str, data_dir: Path, *extra: str, attention: str = "spectral_shift"):
     overrides = [
         f"data.dir={data_dir}", "train.steps=4", "train.batch_size=8", "train.eval_every=2",

@@ -16,7 +16,6 @@ from contextlib import redirect_stdout
 from io import StringIO
 from pathlib import Path
 
-import jax
 import pytest
 
 from spectral_jax.lra import data
@@ -26,13 +25,6 @@ from spectral_jax.lra.train import sweep
 ROOT = Path(__file__).resolve().parents[1]
 LISTOPS = "lra/listops:quick"
 _ITERATE = data.iterate_batches
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _fast_compiles():
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", False)
 
 
 def _overrides(data_dir: Path) -> list[str]:
