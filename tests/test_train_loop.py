@@ -23,7 +23,8 @@ from train_child import run_child
 from spectral_jax.lra import data
 from spectral_jax.lra.train import distributed
 from spectral_jax.lra.train import steps as steps_lib
-from spectral_jax.lra.train.loop import TrainingDiverged, train_and_evaluate
+from spectral_jax.lra.train.interrupt import TrainingDiverged
+from spectral_jax.lra.train.loop import train_and_evaluate
 from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.lra.train.report import read_metrics
 from spectral_jax.lra.train.run import setup_run

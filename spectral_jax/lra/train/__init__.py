@@ -27,7 +27,7 @@ import importlib  # noqa: E402  (after the check, so a missing extra is named fi
 from typing import Any  # noqa: E402
 
 _EXPORTS = {
-    "TrainingDiverged": "loop",
+    "TrainingDiverged": "interrupt",
     "TrainingInterrupted": "interrupt",
     "evaluate": "loop",
     "evaluate_checkpoint": "loop",

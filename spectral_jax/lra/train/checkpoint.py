@@ -7,11 +7,27 @@ import warnings
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
 from spectral_jax import UsageError
 from spectral_jax.lra.train.report import jsonable
+
+# A checkpoint saved on a signal between two logged steps also stores the unlogged steps'
+# metrics under this key, so the resumed run logs the same window as an uninterrupted one.
+UNLOGGED_WINDOW = "unlogged_window"
+
+
+def host_window(window: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """The unlogged steps' metrics as JSON (float32 and bool values are exact as floats)."""
+    return [{k: float(v) for k, v in m.items()} for m in jax.device_get(window)]
+
+
+def restore_window(saved: list[dict[str, float]] | None) -> list[dict[str, Any]]:
+    """:func:`host_window` undone: the same float32 (``finite``: bool) scalars."""
+    return [{k: np.bool_(v) if k == "finite" else np.float32(v) for k, v in m.items()}
+            for m in saved or ()]
 
 BEST_METRIC = "val_accuracy"
 # The metric of a step saved without a validation (on a stop signal): below any accuracy, so

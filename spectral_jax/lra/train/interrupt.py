@@ -24,6 +24,12 @@ from collections.abc import Iterator
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or inf; the last good checkpoint is kept."""
+
+    exit_status = 1  # `spectral-jax train` exits with 1, not the 2 of a user error
+
+
 class Interrupted(KeyboardInterrupt):
     """A run or sweep stopped by ``signum``; ``exit_status`` is ``128 + signum``.
 

@@ -24,20 +24,12 @@ from spectral_jax.lra.train import distributed, pretrain_stage, report
 from spectral_jax.lra.train import pretrain as pretrain_lib
 from spectral_jax.lra.train import run as run_lib
 from spectral_jax.lra.train import workdir as workdir_lib
-from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
+from spectral_jax.lra.train.checkpoint import UNLOGGED_WINDOW, host_window, restore_window
+from spectral_jax.lra.train.interrupt import StopSignals, TrainingDiverged, TrainingInterrupted
 from spectral_jax.lra.train.objectives import bits_per_byte
 from spectral_jax.lra.train.report import MetricWriter, Reporter
 
 Meta = dict[str, Any]  # what a checkpoint stores besides the state: best_* and wall_time_s
-# A checkpoint saved on a signal between two logged steps also stores the unlogged steps'
-# metrics under this key, so the resumed run logs the same window as an uninterrupted one.
-_WINDOW = "unlogged_window"
-
-
-class TrainingDiverged(RuntimeError):
-    """The training loss became NaN or inf; the last good checkpoint is kept."""
-
-    exit_status = 1  # `spectral-jax train` exits with 1, not the 2 of a user error
 
 
 def train_and_evaluate(
@@ -153,7 +145,7 @@ def _train(run: run_lib.Run, state: nnx.State, meta: Meta, start_step: int,
         start_step=start_step, repeat=True,
     )
     meta = dict(meta)
-    window: list[dict[str, Any]] = _restore_window(meta.pop(_WINDOW, None))
+    window: list[dict[str, Any]] = restore_window(meta.pop(UNLOGGED_WINDOW, None))
     window_start = time.perf_counter()
     run_start = time.perf_counter()
     base_time = float(meta["wall_time_s"])
@@ -185,7 +177,7 @@ def _train(run: run_lib.Run, state: nnx.State, meta: Meta, start_step: int,
         if stop.signum is not None:
             if not is_eval:
                 meta = {**meta, "wall_time_s": base_time + time.perf_counter() - run_start}
-                saved = {**meta, _WINDOW: _host_window(window)} if window else meta
+                saved = {**meta, UNLOGGED_WINDOW: host_window(window)} if window else meta
                 run.checkpoints.save(step, state, saved, None)
             raise TrainingInterrupted(step, stop.signum)
     return state, meta
@@ -199,17 +191,6 @@ def _log_extension(entry: dict[str, Any], writer: MetricWriter, reporter: Report
         reporter.console.print(
             f"Extending the run from {entry['from_steps']} to {entry['to_steps']} steps; the "
             f"schedule is re-evaluated for {entry['to_steps']} steps.", highlight=False)
-
-
-def _host_window(window: list[dict[str, Any]]) -> list[dict[str, float]]:
-    """The unlogged steps' metrics as JSON (float32 and bool values are exact as floats)."""
-    return [{k: float(v) for k, v in m.items()} for m in jax.device_get(window)]
-
-
-def _restore_window(saved: list[dict[str, float]] | None) -> list[dict[str, Any]]:
-    """:func:`_host_window` undone: the same float32 (``finite``: bool) scalars."""
-    return [{k: np.bool_(v) if k == "finite" else np.float32(v) for k, v in m.items()}
-            for m in saved or ()]
 
 
 def _summarize(window: list[dict[str, jax.Array]], seconds: float, step: int) -> dict[str, float]:

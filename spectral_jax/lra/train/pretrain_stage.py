@@ -26,7 +26,8 @@ from spectral_jax.lra.train import checkpoint as checkpoint_lib
 from spectral_jax.lra.train import distributed
 from spectral_jax.lra.train import pretrain as pretrain_lib
 from spectral_jax.lra.train import steps as steps_lib
-from spectral_jax.lra.train.interrupt import StopSignals, TrainingInterrupted
+from spectral_jax.lra.train.checkpoint import UNLOGGED_WINDOW, host_window, restore_window
+from spectral_jax.lra.train.interrupt import StopSignals, TrainingDiverged, TrainingInterrupted
 from spectral_jax.lra.train.report import MetricWriter
 
 
@@ -94,8 +95,6 @@ def _summary(window: list[dict[str, Any]], seconds: float, step: int,
              batch_size: int) -> dict[str, float]:
     host = jax.device_get(window)
     if not all(bool(m["finite"]) for m in host):
-        from spectral_jax.lra.train.loop import TrainingDiverged
-
         raise TrainingDiverged(f"pretraining loss is NaN or inf by step {step}; stopped. Lower "
                                "train.optimizer.learning_rate or set train.grad_clip_norm.")
     total = {k: float(sum(m[k] for m in host)) for k in ("loss_sum", "correct", "count",
@@ -147,10 +146,8 @@ def _train(run, config, step_fns, rng_state, state, meta, start, ckpt, stop):
                           tensorboard=False, stage=pretrain_lib.STAGE)
     batches = data.iterate_batches(run.task.splits["train"], train.batch_size, shuffle=True,
                                    seed=config.seed, start_step=start, repeat=True)
-    from spectral_jax.lra.train.loop import _WINDOW, _host_window, _restore_window
-
     meta = dict(meta)
-    window: list[dict[str, Any]] = _restore_window(meta.pop(_WINDOW, None))
+    window: list[dict[str, Any]] = restore_window(meta.pop(UNLOGGED_WINDOW, None))
     clock = run_start = time.perf_counter()
     base_time = float(meta["wall_time_s"])
     try:
@@ -180,7 +177,7 @@ def _train(run, config, step_fns, rng_state, state, meta, start, ckpt, stop):
             if stop.signum is not None:
                 if not is_eval:  # the unlogged steps' metrics go with it, as in the fine-tune
                     meta = {**meta, "wall_time_s": base_time + time.perf_counter() - run_start}
-                    ckpt.save(step, state, {**meta, _WINDOW: _host_window(window)} if window
+                    ckpt.save(step, state, {**meta, UNLOGGED_WINDOW: host_window(window)} if window
                               else meta, None)
                 raise TrainingInterrupted(step, stop.signum)
     finally:
