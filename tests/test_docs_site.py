@@ -44,7 +44,7 @@ def test_method_table_rows_are_the_registry():
     assert by_name["skyformer"][6] == "kernelized"
 
 
-@pytest.mark.parametrize("module_name", spectral_docs.API_MODULES[:3])
+@pytest.mark.parametrize("module_name", spectral_docs.API_MODULES[:4])
 def test_api_page_documents_every_public_name(module_name):
     module = importlib.import_module(module_name)
     page = (DOCS / "api" / f"{module_name.split('.')[-1]}.rst").read_text()
@@ -85,7 +85,7 @@ def test_site_builds_without_warnings_and_lists_every_public_name(tmp_path):
 
     out = tmp_path / "html"
     assert build_main(["-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)]) == 0
-    for module_name in spectral_docs.API_MODULES[:3]:
+    for module_name in spectral_docs.API_MODULES[:4]:
         html = (out / "api" / f"{module_name.split('.')[-1]}.html").read_text()
         module = importlib.import_module(module_name)
         for name in module.__all__:

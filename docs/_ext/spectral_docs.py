@@ -61,7 +61,8 @@ def public_names(module_name: str, match: str | None = None) -> list[str]:
 
 # Documented in this order: a name re-exported by a later module (``linen.TransformerConfig``
 # is ``nn.TransformerConfig``) is shown there too but indexed once, where it is defined.
-API_MODULES = ("spectral_jax.attention", "spectral_jax.nn", "spectral_jax.linen", "spectral_jax")
+API_MODULES = ("spectral_jax.attention", "spectral_jax.nn", "spectral_jax.linen",
+               "spectral_jax.parallel", "spectral_jax")
 
 
 def _indexed_elsewhere(module_name: str, obj: object) -> bool:

@@ -48,6 +48,7 @@ from spectral_jax.attention._registry import (
     get_attention,
     get_attention_spec,
 )
+from spectral_jax.attention._shard_form import SHARD_FORMS
 from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
 from spectral_jax.attention._softmax import reference_attention, softmax_attention
 from spectral_jax.attention._spectral_shift import (
@@ -65,6 +66,7 @@ __all__ = [
     "DecodeState",
     "FLAX_KWARGS",
     "LINFORMER_SHARING",
+    "SHARD_FORMS",
     "STATE_KINDS",
     "StateKind",
     "as_bool_mask",

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import _checks
+from spectral_jax.attention import _seq
 
 Array = jax.Array
 
@@ -46,15 +47,20 @@ def segment_means(x: Array, valid: Array, num_landmarks: int) -> tuple[Array, Ar
         segment, num_segments=num_landmarks + 1,
     )[:num_landmarks]
     counts = jax.ops.segment_sum(valid.astype(jnp.int32), segment, num_segments=num_landmarks + 1)
-    counts = counts[:num_landmarks]
+    # On a sequence split over devices: m sums and m counts per shard, one all-reduce.
+    sums, counts = _seq.total((sums, counts[:num_landmarks]))
     means = sums / jnp.maximum(counts, 1)[:, None]
     return means.astype(x.dtype), counts > 0
 
 
 def segment_ids(valid: Array, num_landmarks: int) -> Array:
-    """Segment of each token for :func:`segment_means`; padded tokens get ``num_landmarks``."""
-    n_valid = valid.sum()
-    rank = jnp.cumsum(valid) - 1
+    """Segment of each token for :func:`segment_means`; padded tokens get ``num_landmarks``.
+
+    On a sequence split over devices the ranks and the count are global (one all-gather of
+    each shard's count), so a token lands in the same segment as on one device.
+    """
+    n_valid = _seq.total(valid.sum())
+    rank = jnp.cumsum(valid) - 1 + _seq.exclusive_prefix(valid.sum())
     segment = (rank * num_landmarks) // jnp.maximum(n_valid, 1)
     return jnp.where(valid, segment, num_landmarks)
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _common, _softmax
+from spectral_jax.attention import _common, _seq, _softmax
 from spectral_jax.attention._landmarks import segment_means
 from spectral_jax.attention._pinv import PINV_INITS, iterative_pinv, pinv_norm
 from spectral_jax.attention._prologue import prologue
@@ -43,7 +43,8 @@ def landmark_kernels(
     f_logits = q @ k_lm.T
     f = _common.masked_softmax(f_logits, k_lm_valid[None, :])
     a = _common.masked_softmax(q_lm @ k_lm.T, k_lm_valid[None, :]) * q_lm_valid[:, None]
-    b = _common.masked_softmax(q_lm @ k.T, k_valid[None, :]) * q_lm_valid[:, None]
+    # B spans every key: on a split sequence its normaliser is a distributed log-sum-exp.
+    b = _seq.softmax(q_lm @ k.T, k_valid[None, :]) * q_lm_valid[:, None]
     return LandmarkKernels(f, a, b, k_lm_valid, k_lm, f_logits)
 
 
@@ -109,9 +110,9 @@ def landmark_values(
     ``num_landmarks >= kv_len`` shortcut gives, here whatever the padding, so an example's
     output never depends on how far its batch-mates pad it. ``bv``: B V if already formed.
     """
-    zbv = z @ (kern.b @ v if bv is None else bv)
+    zbv = z @ (_seq.total(kern.b @ v) if bv is None else bv)
     key_values = segment_means(v, k_valid, num_landmarks)[0]
-    return jnp.where(k_valid.sum() <= num_landmarks, key_values, zbv)
+    return jnp.where(_seq.total(k_valid.sum()) <= num_landmarks, key_values, zbv)
 
 
 def _nystrom_head(
@@ -209,7 +210,7 @@ def nystrom_attention(
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init, head_chunk_size)
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)
-    if num_landmarks >= key.shape[-3]:
+    if num_landmarks >= _seq.global_length(key.shape[-3]):
         return _softmax.softmax_attention(
             query, key, value, mask=mask, scale=p.scale, query_seq_lengths=query_seq_lengths,
             key_value_seq_lengths=key_value_seq_lengths)

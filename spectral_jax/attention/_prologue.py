@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._padding import landmark_query_valid, padding_from_mask
 
 Array = jax.Array
@@ -47,6 +47,11 @@ def prologue(
         shape, or a concrete mask that is not a padding mask.
     """
     scale = _common.default_scale(method, scale, query.shape[-1])
+    shard = _seq.active()
+    if shard is not None and shard.padding is not None:
+        # One shard of a sequence split over devices: the padding was reduced from the
+        # global mask and lengths before the split (a mask row spans every shard).
+        return Prologue(scale, *shard.padding)
     query_valid, key_valid, mask_ok = padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
         key_value_seq_lengths=key_value_seq_lengths, with_check=True)

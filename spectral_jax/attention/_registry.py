@@ -67,6 +67,12 @@ class AttentionSpec:
       decode: the decode form (a key of ``spectral_jax.attention.DECODE_FORMS``: the state
         ``prefill``/``decode_step`` carry from token to token), for every method with a causal
         form; None without one.
+      sequence_parallel: how the method runs on a sequence split over devices (a key of
+        ``spectral_jax.attention.SHARD_FORMS``), or None where it cannot.
+      communication: numbers each device sends per call and (example, head) in that form
+        (n length, P devices, d head_dim, m the budget), as ``cost`` gives time.
+      sequence_args: ``(argument, axis)`` for each call argument with a length axis (e.g.
+        per-token gates), split over the devices with the sequence.
     """
 
     name: str
@@ -87,6 +93,9 @@ class AttentionSpec:
     cached_decode: bool = False
     decode: Literal["kv_cache", "ring_buffer", "feature_state", "random_feature_state",
                     "gated_state", "compressed_memory"] | None = None
+    sequence_parallel: Literal["landmark_reductions"] | None = None
+    communication: str | None = None
+    sequence_args: tuple[tuple[str, int], ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -194,7 +203,8 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             name="nystrom", fn=nystrom_attention, source="Xiong et al. 2021, eq. 14-15",
             cost="O(nmd + m³)", supports_causal=False, target="softmax",
             recorded=("num_landmarks", "pinv_iterations"), budget="num_landmarks",
-            conv_skip=True, test_budget=8),
+            conv_skip=True, test_budget=8, sequence_parallel="landmark_reductions",
+            communication="2m(d + 2) + m·d_v + 2P + 3"),
         AttentionSpec(
             name="spectral_shift", fn=spectral_shift_attention,
             source="Verma 2021 (arXiv:2103.05638) with Wang et al. 2014's spectral shift",

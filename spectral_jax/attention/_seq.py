@@ -1,0 +1,168 @@
+"""Reductions over the sequence: plain on one device, collectives on a sharded sequence.
+
+Every place where a method reduces over the sequence (segment sums and counts, a softmax
+normaliser over keys, KᵀV, a prefix state, a top-k) calls one of these helpers. Outside
+:func:`spectral_jax.parallel.sequence_parallel` no shard is active and each helper is the
+identity (or the plain reduction), so the single-device programs are unchanged. Inside it,
+the per-head code sees only its shard of the sequence and the helpers turn the local
+reduction into the global one over the mesh axis (``psum``, ``pmax``, ``all_gather``,
+``ppermute``), so one per-head core serves both.
+
+The active shard is set while the sharded function is traced (a context variable, read at
+trace time), so the same Python function lowers to the plain program or to the sharded one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+class SeqShard(NamedTuple):
+    """The sequence shard being traced: its mesh axis and how many shards there are.
+
+    Attributes:
+      axis_name: the mesh axis the sequence is split over.
+      num_shards: the size of that axis.
+      padding: the call's padding, computed once on the global arrays and passed in as this
+        shard's slices: ``(query_valid, key_valid, mask_ok, landmark_valid)`` as
+        :func:`spectral_jax.attention._prologue.prologue` returns them, or None.
+    """
+
+    axis_name: str
+    num_shards: int
+    padding: tuple[Array, Array, Array | None, Array] | None = None
+
+
+_ACTIVE: contextvars.ContextVar[SeqShard | None] = contextvars.ContextVar(
+    "spectral_jax_seq_shard", default=None)
+
+
+def active() -> SeqShard | None:
+    """The shard being traced, or None on one device."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def sharded(shard: SeqShard) -> Iterator[SeqShard]:
+    """Traces the enclosed calls as one shard of a sequence split over ``shard.axis_name``."""
+    token = _ACTIVE.set(shard)
+    try:
+        yield shard
+    finally:
+        _ACTIVE.reset(token)
+
+
+def num_shards() -> int:
+    """How many shards the sequence is split into (1 on one device)."""
+    shard = active()
+    return 1 if shard is None else shard.num_shards
+
+
+def global_length(local_length: int) -> int:
+    """The whole sequence's length from one shard's (static)."""
+    return local_length * num_shards()
+
+
+def shard_index() -> Array | int:
+    """This shard's position along the sequence axis (0 on one device)."""
+    shard = active()
+    return 0 if shard is None else jax.lax.axis_index(shard.axis_name)
+
+
+def offset(local_length: int) -> Array | int:
+    """The global position of this shard's first token (0 on one device)."""
+    shard = active()
+    return 0 if shard is None else jax.lax.axis_index(shard.axis_name) * local_length
+
+
+def total(x: Any) -> Any:
+    """``x`` summed over the shards (a pytree; ``x`` itself on one device)."""
+    shard = active()
+    return x if shard is None else jax.lax.psum(x, shard.axis_name)
+
+
+def maximum(x: Array) -> Array:
+    """``x``'s elementwise maximum over the shards, without a derivative (for stabilisers)."""
+    shard = active()
+    return x if shard is None else jax.lax.pmax(jax.lax.stop_gradient(x), shard.axis_name)
+
+
+def exclusive_prefix(x: Any) -> Any:
+    """The sum of ``x`` over the shards before this one (0 for the first; 0 on one device).
+
+    One all-gather of ``x`` (per-shard totals: counts, states), then a masked sum: traffic
+    ``num_shards · size(x)``, independent of the sequence length.
+    """
+    shard = active()
+    if shard is None:
+        return jax.tree.map(jnp.zeros_like, x)
+    index = jax.lax.axis_index(shard.axis_name)
+    before = jnp.arange(shard.num_shards) < index
+
+    def prefix(leaf: Array) -> Array:
+        every = jax.lax.all_gather(leaf, shard.axis_name)
+        keep = before.reshape((-1,) + (1,) * leaf.ndim)
+        return jnp.where(keep, every, jnp.zeros_like(every)).sum(0).astype(leaf.dtype)
+
+    return jax.tree.map(prefix, x)
+
+
+def gather(x: Array, axis: int) -> Array:
+    """The whole sequence of ``x`` from every shard's slice along ``axis`` (``x`` on one device).
+
+    Traffic: the gathered array's size. Use only for arrays much shorter than the sequence
+    (compressed memories, projected keys); a gather of the sequence itself defeats the split.
+    """
+    shard = active()
+    if shard is None:
+        return x
+    return jax.lax.all_gather(x, shard.axis_name, axis=axis % x.ndim, tiled=True)
+
+
+def shift_from_previous(x: Array, steps: int = 1) -> Array:
+    """The ``x`` of the shard ``steps`` places before this one (zeros for the first ones).
+
+    One ``ppermute``: a halo exchange (local attention's window, a convolution's left edge).
+    On one device there is no previous shard: zeros.
+    """
+    shard = active()
+    if shard is None:
+        return jnp.zeros_like(x)
+    pairs = [(i, i + steps) for i in range(shard.num_shards - steps)]
+    return jax.lax.ppermute(x, shard.axis_name, pairs)
+
+
+def shift_from_next(x: Array, steps: int = 1) -> Array:
+    """The ``x`` of the shard ``steps`` places after this one (zeros for the last ones)."""
+    shard = active()
+    if shard is None:
+        return jnp.zeros_like(x)
+    pairs = [(i + steps, i) for i in range(shard.num_shards - steps)]
+    return jax.lax.ppermute(x, shard.axis_name, pairs)
+
+
+def softmax(logits: Array, valid: Array, axis: int = -1) -> Array:
+    """A softmax over ``valid`` entries whose ``axis`` is the sharded sequence.
+
+    On one device this is ``jax.nn.softmax(logits, axis, where=valid)``. Sharded, it is a
+    distributed log-sum-exp: the maximum and the sum of exponentials are reduced over the
+    shards (traffic: two arrays of the non-sequence shape, e.g. m numbers each for m
+    landmark queries). Rows with no valid entry anywhere give zeros.
+    """
+    shard = active()
+    if shard is None:
+        return jax.nn.softmax(logits, axis=axis, where=valid)
+    masked = jnp.where(valid, logits, -jnp.inf)
+    top = maximum(jnp.max(masked, axis=axis, keepdims=True))
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    weights = jnp.where(valid, jnp.exp(logits - top), 0.0)
+    norm = total(jnp.sum(weights, axis=axis, keepdims=True))
+    return weights / jnp.where(norm > 0, norm, 1.0)
