@@ -48,7 +48,7 @@ def prologue(
     """
     scale = _common.default_scale(method, scale, query.shape[-1])
     shard = _seq.active()
-    if shard is not None and shard.padding is not None:
+    if shard is not None:
         # One shard of a sequence split over devices: the padding was reduced from the
         # global mask and lengths before the split (a mask row spans every shard).
         return Prologue(scale, *shard.padding)

@@ -71,8 +71,6 @@ class AttentionSpec:
         ``spectral_jax.attention.SHARD_FORMS``), or None where it cannot.
       communication: numbers each device sends per call and (example, head) in that form
         (n length, P devices, d head_dim, m the budget), as ``cost`` gives time.
-      sequence_args: ``(argument, axis)`` for each call argument with a length axis (e.g.
-        per-token gates), split over the devices with the sequence.
     """
 
     name: str
@@ -95,7 +93,6 @@ class AttentionSpec:
                     "gated_state", "compressed_memory"] | None = None
     sequence_parallel: Literal["landmark_reductions"] | None = None
     communication: str | None = None
-    sequence_args: tuple[tuple[str, int], ...] = ()
 
     @property
     def exact(self) -> bool:

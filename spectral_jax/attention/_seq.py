@@ -5,8 +5,8 @@ normaliser over keys, KᵀV, a prefix state, a top-k) calls one of these helpers
 :func:`spectral_jax.parallel.sequence_parallel` no shard is active and each helper is the
 identity (or the plain reduction), so the single-device programs are unchanged. Inside it,
 the per-head code sees only its shard of the sequence and the helpers turn the local
-reduction into the global one over the mesh axis (``psum``, ``pmax``, ``all_gather``,
-``ppermute``), so one per-head core serves both.
+reduction into the global one over the mesh axis (``psum``, ``pmax``, ``all_gather``), so
+one per-head core serves both.
 
 The active shard is set while the sharded function is traced (a context variable, read at
 trace time), so the same Python function lowers to the plain program or to the sharded one.
@@ -33,12 +33,12 @@ class SeqShard(NamedTuple):
       num_shards: the size of that axis.
       padding: the call's padding, computed once on the global arrays and passed in as this
         shard's slices: ``(query_valid, key_valid, mask_ok, landmark_valid)`` as
-        :func:`spectral_jax.attention._prologue.prologue` returns them, or None.
+        :func:`spectral_jax.attention._prologue.prologue` returns them.
     """
 
     axis_name: str
     num_shards: int
-    padding: tuple[Array, Array, Array | None, Array] | None = None
+    padding: tuple[Array, Array, Array | None, Array]
 
 
 _ACTIVE: contextvars.ContextVar[SeqShard | None] = contextvars.ContextVar(
@@ -71,18 +71,6 @@ def global_length(local_length: int) -> int:
     return local_length * num_shards()
 
 
-def shard_index() -> Array | int:
-    """This shard's position along the sequence axis (0 on one device)."""
-    shard = active()
-    return 0 if shard is None else jax.lax.axis_index(shard.axis_name)
-
-
-def offset(local_length: int) -> Array | int:
-    """The global position of this shard's first token (0 on one device)."""
-    shard = active()
-    return 0 if shard is None else jax.lax.axis_index(shard.axis_name) * local_length
-
-
 def total(x: Any) -> Any:
     """``x`` summed over the shards (a pytree; ``x`` itself on one device)."""
     shard = active()
@@ -113,40 +101,6 @@ def exclusive_prefix(x: Any) -> Any:
         return jnp.where(keep, every, jnp.zeros_like(every)).sum(0).astype(leaf.dtype)
 
     return jax.tree.map(prefix, x)
-
-
-def gather(x: Array, axis: int) -> Array:
-    """The whole sequence of ``x`` from every shard's slice along ``axis`` (``x`` on one device).
-
-    Traffic: the gathered array's size. Use only for arrays much shorter than the sequence
-    (compressed memories, projected keys); a gather of the sequence itself defeats the split.
-    """
-    shard = active()
-    if shard is None:
-        return x
-    return jax.lax.all_gather(x, shard.axis_name, axis=axis % x.ndim, tiled=True)
-
-
-def shift_from_previous(x: Array, steps: int = 1) -> Array:
-    """The ``x`` of the shard ``steps`` places before this one (zeros for the first ones).
-
-    One ``ppermute``: a halo exchange (local attention's window, a convolution's left edge).
-    On one device there is no previous shard: zeros.
-    """
-    shard = active()
-    if shard is None:
-        return jnp.zeros_like(x)
-    pairs = [(i, i + steps) for i in range(shard.num_shards - steps)]
-    return jax.lax.ppermute(x, shard.axis_name, pairs)
-
-
-def shift_from_next(x: Array, steps: int = 1) -> Array:
-    """The ``x`` of the shard ``steps`` places after this one (zeros for the last ones)."""
-    shard = active()
-    if shard is None:
-        return jnp.zeros_like(x)
-    pairs = [(i + steps, i) for i in range(shard.num_shards - steps)]
-    return jax.lax.ppermute(x, shard.axis_name, pairs)
 
 
 def softmax(logits: Array, valid: Array, axis: int = -1) -> Array:

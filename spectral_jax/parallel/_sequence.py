@@ -12,7 +12,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError
-from spectral_jax.attention import _seq
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._padding import landmark_query_valid, padding_from_mask
 from spectral_jax.attention._registry import ATTENTIONS, get_attention_spec
 
@@ -109,20 +109,20 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
     if bias is not None:
         raise UsageError(f"{name}: `bias` cannot be split over the sequence (it is an n x n "
                          f"array); got shape {getattr(bias, 'shape', None)}.")
+    method = spec.fn.__name__
+    _common.check_qkv(method, query, key, value)
     shards = mesh.shape[axis_name]
     for arg, x in (("query", query), ("key", key)):
-        length = getattr(x, "shape", (0, 0, 0))[-3] if getattr(x, "ndim", 0) >= 3 else None
-        if length is not None and length % shards:
+        if x.shape[-3] % shards:
             raise UsageError(
-                f"{name}: the {arg} length {length} is not divisible by the {shards} devices "
-                f"of mesh axis {axis_name!r}; pad the sequence to a multiple of {shards} "
-                "(and mark the padding with a mask or lengths).")
+                f"{name}: the {arg} length {x.shape[-3]} is not divisible by the {shards} "
+                f"devices of mesh axis {axis_name!r}; pad the sequence to a multiple of "
+                f"{shards} (and mark the padding with a mask or lengths).")
     batch_shape = query.shape[:-3]
     if batch_axis is not None and (not batch_shape or batch_shape[0] % mesh.shape[batch_axis]):
         raise UsageError(
             f"{name}: the batch {batch_shape} is not divisible by the "
             f"{mesh.shape[batch_axis]} devices of mesh axis {batch_axis!r}.")
-    method = spec.fn.__name__
     q_len = kwargs.pop("query_seq_lengths", None)
     kv_len = kwargs.pop("key_value_seq_lengths", None)
     query_valid, key_valid, mask_ok = padding_from_mask(
@@ -130,9 +130,8 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
         with_check=True)
     landmark_valid = landmark_query_valid(query_valid, key_valid, mask, q_len)
 
-    # Arrays travel as operands (split when the registry names their length axis, else
-    # replicated); everything else is a static keyword of the method.
-    split_axes = dict(spec.sequence_args)
+    # Arrays (state, rng keys) travel as replicated operands; everything else is a static
+    # keyword of the method.
     arrays = {k: v for k, v in kwargs.items() if isinstance(v, (jax.Array, np.ndarray))}
     static = {k: v for k, v in kwargs.items() if k not in arrays}
     lead = (batch_axis,) + (None,) * (len(batch_shape) - 1) if batch_shape else ()
@@ -140,16 +139,7 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
     valid = P(batch_axis, None, axis_name)
     ok_spec = P(batch_axis)
 
-    def arg_spec(arg: str, x: Array) -> P:
-        if arg not in split_axes:
-            return P()
-        axes = [None] * x.ndim
-        axes[split_axes[arg] % x.ndim] = axis_name
-        return P(*axes)
-
-    arg_specs = {k: arg_spec(k, v) for k, v in arrays.items()}
-    carry = spec.carry is not None and bool(static.get(spec.carry[1], False))
-    out_specs = (token, P(*lead, None, None, None)) if carry else token
+    arg_specs = {k: P() for k in arrays}
 
     def body(q, k, v, q_ok, k_ok, lm_ok, ok, arrays):
         shard = _seq.SeqShard(axis_name, shards, (q_ok, k_ok, ok, lm_ok))
@@ -164,9 +154,6 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
         # with (``jax.make_mesh`` gives explicit axes by default).
         operands = jax.tree.map(
             lambda x, s: None if x is None else jax.reshard(x, NamedSharding(mesh, s)),
-            operands, in_specs,
-            is_leaf=lambda x: x is None)
-    mapped = jax.shard_map(
-        body, mesh=mesh,
-        in_specs=in_specs, out_specs=out_specs)
+            operands, in_specs, is_leaf=lambda x: x is None)
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=token)
     return mapped(*operands)
