@@ -5,15 +5,19 @@ padding case: right padding whose boundary falls inside a shard (so segments cro
 boundaries), and an example whose valid tokens all sit on the first shard.
 """
 
+import functools
 import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from attention_cases import method_kwargs
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError
 from spectral_jax.attention import ATTENTIONS, SHARD_FORMS
+from spectral_jax.lra.bench.parallel import compile_call
+from spectral_jax.lra.compiled import collectives
 from spectral_jax.parallel import sequence_parallel
 
 LENGTH = 64
@@ -21,6 +25,9 @@ LENGTH = 64
 # 5 valid tokens, all on the first shard even at 8 devices (8 tokens per shard).
 LENGTHS = jnp.array([37, 5])
 SHARDED = tuple(n for n, s in ATTENTIONS.items() if s.sequence_parallel is not None)
+# Every sharded method, and its causal form where it has one.
+CASES = [(n, False) for n in SHARDED] + [
+    (n, True) for n in SHARDED if ATTENTIONS[n].supports_causal]
 
 
 def _mesh(devices: int, axis: str = "seq") -> jax.sharding.Mesh:
@@ -31,24 +38,31 @@ def _inputs():
     return jax.random.normal(jax.random.key(0), (3, 2, LENGTH, 2, 8))
 
 
-def _loss_and_out(fn):
+def _kwargs(name, **extra):
+    return {**method_kwargs(name, n=LENGTH, head_dim=8), **extra}
+
+
+def _loss_and_out(fn, **kwargs):
     def loss(q, k, v):
-        out = fn(q, k, v, query_seq_lengths=LENGTHS, key_value_seq_lengths=LENGTHS)
+        out = fn(q, k, v, query_seq_lengths=LENGTHS, key_value_seq_lengths=LENGTHS, **kwargs)
         cotangent = jnp.cos(jnp.arange(out.size, dtype=out.dtype)).reshape(out.shape)
         return (out * cotangent).sum(), out
 
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))
 
 
-@pytest.mark.parametrize("devices", [2, 4, 8])
-@pytest.mark.parametrize("name", SHARDED)
-def test_sharded_equals_single_device_outputs_and_gradients(name, devices):
-    spec = ATTENTIONS[name]
-    kwargs = {spec.budget: spec.test_budget} if spec.budget else {}
-    q, k, v = _inputs()
-    (_, want), want_grads = _loss_and_out(lambda *a, **kw: spec.fn(*a, **kw, **kwargs))(q, k, v)
-    sharded = sequence_parallel(name, mesh=_mesh(devices), **kwargs)
-    (_, got), got_grads = _loss_and_out(sharded)(q, k, v)
+@functools.cache
+def _single_device(name, is_causal, extra=()):
+    """The single-device outputs and gradients, computed once for every device count."""
+    kwargs = _kwargs(name, **dict(extra))
+    fn = _loss_and_out(functools.partial(ATTENTIONS[name].fn, **kwargs), is_causal=is_causal)
+    return fn(*_inputs())
+
+
+def _check_sharded(name, is_causal, devices, extra=()):
+    (_, want), want_grads = _single_device(name, is_causal, extra)
+    sharded = sequence_parallel(name, mesh=_mesh(devices), **_kwargs(name, **dict(extra)))
+    (_, got), got_grads = _loss_and_out(sharded, is_causal=is_causal)(*_inputs())
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
     for g, w in zip(got_grads, want_grads):
         np.testing.assert_allclose(g, w, atol=5e-5, rtol=5e-5)
@@ -56,24 +70,53 @@ def test_sharded_equals_single_device_outputs_and_gradients(name, devices):
     assert float(np.abs(np.asarray(got)[1, 5:]).max()) == 0.0
 
 
-def test_padding_mask_with_holes_equals_single_device():
+@pytest.mark.parametrize("devices", [2, 4, 8])
+@pytest.mark.parametrize(("name", "is_causal"), CASES)
+def test_sharded_equals_single_device_outputs_and_gradients(name, is_causal, devices):
+    _check_sharded(name, is_causal, devices)
+
+
+@pytest.mark.parametrize("extra", [
+    (("shift", "split"),), (("shift", "exact"),), (("shift", "zero"),)], ids=str)
+def test_spectral_shift_forms_shard(extra):
+    _check_sharded("spectral_shift", False, 4, extra)
+
+
+def test_skyformer_evenly_spaced_landmarks_shard():
+    _check_sharded("skyformer", False, 4, (("rng", None),))
+
+
+@pytest.mark.parametrize("name", SHARDED)
+def test_padding_mask_with_holes_equals_single_device(name):
     m = jnp.arange(LENGTH) % 3 != 0  # holes in every shard
     mask = (m[:, None] & m[None, :])[None, None]
     q, k, v = _inputs()
-    want = ATTENTIONS["nystrom"].fn(q, k, v, mask=mask, num_landmarks=8)
-    got = jax.jit(sequence_parallel("nystrom", mesh=_mesh(4), num_landmarks=8))(
-        q, k, v, mask=mask)
+    want = ATTENTIONS[name].fn(q, k, v, mask=mask, **_kwargs(name))
+    got = jax.jit(sequence_parallel(name, mesh=_mesh(4), **_kwargs(name)))(q, k, v, mask=mask)
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
 
 
-def test_batch_axis_splits_the_batch_beside_the_sequence():
+@pytest.mark.parametrize("name", SHARDED)
+def test_batch_axis_splits_the_batch_beside_the_sequence(name):
     mesh = jax.make_mesh((2, 4), ("data", "seq"))
     q, k, v = _inputs()
-    want = ATTENTIONS["nystrom"].fn(q, k, v, num_landmarks=8, query_seq_lengths=LENGTHS,
-                                    key_value_seq_lengths=LENGTHS)
-    fn = sequence_parallel("nystrom", mesh=mesh, batch_axis="data", num_landmarks=8)
+    lengths = {"query_seq_lengths": LENGTHS, "key_value_seq_lengths": LENGTHS}
+    want = ATTENTIONS[name].fn(q, k, v, **_kwargs(name), **lengths)
+    fn = sequence_parallel(name, mesh=mesh, batch_axis="data", **_kwargs(name))
+    np.testing.assert_allclose(jax.jit(fn)(q, k, v, **lengths), want, atol=2e-5, rtol=2e-5)
+
+
+def test_luna_carries_its_packed_sequence_split_over_the_batch():
+    mesh = jax.make_mesh((2, 4), ("data", "seq"))
+    q, k, v = _inputs()
+    packed = jax.random.normal(jax.random.key(3), (2, 8, 2, 8))  # one P' per example
+    kwargs = {"packed_query": packed, "return_packed": True}
+    want = ATTENTIONS["luna"].fn(q, k, v, query_seq_lengths=LENGTHS,
+                                 key_value_seq_lengths=LENGTHS, **kwargs)
+    fn = sequence_parallel("luna", mesh=mesh, batch_axis="data", **kwargs)
     got = jax.jit(fn)(q, k, v, query_seq_lengths=LENGTHS, key_value_seq_lengths=LENGTHS)
-    np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=2e-5, rtol=2e-5)
 
 
 def test_registry_names_a_known_form_and_a_formula_or_the_call_refuses():
@@ -88,33 +131,58 @@ def test_registry_names_a_known_form_and_a_formula_or_the_call_refuses():
             assert spec.communication, name
 
 
-_COLLECTIVE = re.compile(
-    r"=\s*(\S+)\s+(all-reduce|all-gather|collective-permute|all-to-all)(?:-start)?\(")
+def _forward_collectives(fn, length: int, head_dim: int, v_head_dim: int):
+    """The collectives of the compiled forward call, one example and head, traced lengths."""
+    x = jax.ShapeDtypeStruct((1, length, 1, head_dim), jnp.float32)
+    v = jax.ShapeDtypeStruct((1, length, 1, v_head_dim), jnp.float32)
+    lens = jax.ShapeDtypeStruct((1,), jnp.int32)
+
+    def call(q, k, v, q_len, kv_len):
+        return fn(q, k, v, query_seq_lengths=q_len, key_value_seq_lengths=kv_len)
+
+    return collectives(jax.jit(call).lower(x, x, v, lens, lens).compile())
 
 
-def _collectives(fn, length: int) -> list[tuple[str, tuple[int, ...]]]:
-    """Every collective of the compiled program: (kind, result shape)."""
-    x = jax.ShapeDtypeStruct((2, length, 2, 8), jnp.float32)
-    text = jax.jit(fn).lower(x, x, x).compile().as_text()
-    found = []
-    for shape_text, kind in _COLLECTIVE.findall(text):
-        for dims in re.findall(r"\w+\[([\d,]*)\]", shape_text):
-            found.append((kind, tuple(int(d) for d in dims.split(",") if d)))
-    return found
-
-
-def test_nystrom_collectives_do_not_grow_with_the_length():
-    fn = sequence_parallel("nystrom", mesh=_mesh(4), num_landmarks=8)
-    short, long = _collectives(fn, 256), _collectives(fn, 1024)
+@pytest.mark.parametrize("name", [n for n in SHARDED if ATTENTIONS[n].sequence_parallel
+                                  != "ring"])
+def test_collectives_do_not_grow_with_the_length(name):
+    # Forward and the gradients of query, key and value, as a training step runs them.
+    short, long = (collectives(compile_call(name, n, 4, head_dim=8, budget=8))
+                   for n in (256, 1024))
     assert short, "the sharded program has no collective"
-
-    def size(found):
-        return sum(int(np.prod(shape)) for _, shape in found)
-
-    assert size(short) == size(long)
+    assert sum(c.nbytes for c in short) == sum(c.nbytes for c in long)
     # No collective carries an array as long as the sequence (or a shard of it).
-    for _, shape in long:
-        assert not {1024, 1024 // 4} & set(shape), shape
+    for c in long:
+        assert not {1024, 1024 // 4} & set(c.shape), c
+
+
+def _evaluate(formula: str, **symbols: int) -> int:
+    """A registry formula such as ``2m(d + d_v + 2) + 3P`` at the given symbol values."""
+    tokens = re.findall(r"\d+|[A-Za-z_]\w*|[()+\-·/]", formula.replace(" ", ""))
+    python = []
+    for prev, tok in zip([None] + tokens, tokens):
+        # Juxtaposition is a product: 2m, 2(, m(, )(, )m.
+        if prev and (prev[-1].isalnum() or prev == ")") and (tok[0].isalnum() or tok == "("):
+            python.append("*")
+        python.append({"·": "*"}.get(tok, str(symbols[tok]) if tok in symbols else tok))
+    return eval("".join(python))  # the registry's own formula: digits, symbols and + * ( )
+
+
+@pytest.mark.parametrize(("name", "is_causal"), CASES)
+def test_communication_formula_matches_the_compiled_program(name, is_causal):
+    spec = ATTENTIONS[name]
+    budget, d, devices, s = 16, 8, 4, 12
+    d_v = 4 if spec.linear_in_value else d  # a summary read back as keys has the keys' width
+    kwargs = method_kwargs(name, n=256, head_dim=d, budget=budget)
+    if name == "spectral_shift":
+        kwargs["num_delta_rows"] = s
+    forms = dict(part.split(": ") if ": " in part else ("", part)
+                 for part in spec.communication.split("; "))
+    formula = forms.get("causal", forms[""]) if is_causal else forms[""]
+    fn = sequence_parallel(name, mesh=_mesh(devices), is_causal=is_causal, **kwargs)
+    want = _evaluate(formula, m=budget, r=budget, l=budget, d=d, d_v=d_v, P=devices, s=s,
+                     n=256)
+    assert sum(c.size for c in _forward_collectives(fn, 256, d, d_v)) == want, formula
 
 
 def test_bad_input_names_the_problem():
@@ -132,3 +200,8 @@ def test_bad_input_names_the_problem():
         sequence_parallel("nystrom", mesh=mesh)(x, x, x, bias=jnp.zeros((32, 32)))
     with pytest.raises(UnsupportedError, match="is_causal=True"):
         jax.jit(sequence_parallel("nystrom", mesh=mesh, is_causal=True))(x, x, x)
+    with pytest.raises(UsageError, match="q_len=16, kv_len=32"):
+        sequence_parallel("linear", mesh=mesh, is_causal=True)(x[:, :16], x, x)
+    with pytest.raises(UnsupportedError, match="pinv_init='global'"):
+        sequence_parallel("nystrom", mesh=jax.make_mesh((2, 4), ("data", "seq")),
+                          batch_axis="data", pinv_init="global")(x, x, x)

@@ -314,13 +314,15 @@ def masked_softmax(logits: Array, valid: Array, axis: int = -1) -> Array:
     return jax.nn.softmax(logits, axis=axis, where=valid)
 
 
-def fold_in_rng(rng: Array, num_batch: int, num_heads: int) -> Array:
+def fold_in_rng(rng: Array, num_batch: int, num_heads: int, first: Any = 0) -> Array:
     """One key per (batch element, head), independent of how many others share the call.
 
     ``fold_in`` by index (rather than ``split`` by count) keeps example 0's key the same when
-    more examples join the batch, so outputs never depend on batch composition.
+    more examples join the batch, so outputs never depend on batch composition. ``first``:
+    the index of the first example (a shard of a batch split over devices).
     """
-    batch_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, jnp.arange(num_batch))
+    index = jnp.arange(num_batch) + first
+    batch_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, index)
     return jax.vmap(
         lambda key: jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_heads))
     )(batch_keys)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
@@ -27,6 +27,18 @@ def _attend_head(
     q, k, v = q.astype(ct), k.astype(ct), v.astype(ct)
     weights = _common.masked_softmax((q * scale) @ k.T, k_valid[None, :])
     return jnp.where(q_valid[:, None], weights @ v, 0.0)
+
+
+def _summarise_head(
+    s: Array, k: Array, v: Array, s_valid: Array, k_valid: Array, *, scale: Any
+) -> Array:
+    """:func:`_attend_head` with the sequence as the keys: on a split sequence the softmax's
+    normaliser and the weighted sum of values are reduced over the shards (l·(d_v + 2)
+    numbers per head)."""
+    ct = _common.compute_dtype(jnp.promote_types(s.dtype, jnp.promote_types(k.dtype, v.dtype)))
+    s, k, v = s.astype(ct), k.astype(ct), v.astype(ct)
+    weights = _seq.softmax((s * scale) @ k.T, k_valid[None, :])
+    return jnp.where(s_valid[:, None], _seq.total(weights @ v), 0.0)
 
 
 def check_summary_queries(method: str, name: str, summary: Any, query: Array) -> Array:
@@ -78,7 +90,7 @@ def summarise(
     b, heads, length = key_valid.shape[0], key_valid.shape[1], summary_queries.shape[-3]
     ones = jnp.ones((b, heads, length), bool)
     return _common.lift(
-        functools.partial(_attend_head, scale=scale), summary_queries, key, value, ones,
+        functools.partial(_summarise_head, scale=scale), summary_queries, key, value, ones,
         key_valid, method=method, head_chunk_size=head_chunk_size)
 
 

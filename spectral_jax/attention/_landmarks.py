@@ -71,20 +71,33 @@ def evenly_spaced_positions(valid: Array, num: int) -> Array:
     With ``num == n_valid`` this is every valid position once. Returns int32 ``(num,)``; for a
     sequence with no valid token it returns position 0 (callers mask it out).
     """
-    n_valid = valid.sum()
+    n_valid = _seq.total(valid.sum())
     ranks = ((jnp.arange(num) * 2 + 1) * n_valid) // (2 * num)
-    return _position_of_rank(valid, ranks)
+    return position_of_rank(valid, ranks)
 
 
 def random_positions(rng: Array, valid: Array, num: int) -> Array:
     """``num`` positions drawn uniformly with replacement from the valid tokens (Skyformer)."""
-    n_valid = valid.sum()
+    n_valid = _seq.total(valid.sum())
     ranks = jnp.floor(jax.random.uniform(rng, (num,)) * n_valid).astype(jnp.int32)
-    return _position_of_rank(valid, jnp.minimum(ranks, jnp.maximum(n_valid - 1, 0)))
+    return position_of_rank(valid, jnp.minimum(ranks, jnp.maximum(n_valid - 1, 0)))
 
 
-def _position_of_rank(valid: Array, ranks: Array) -> Array:
-    # The k-th valid token is the first position where the running count exceeds k; this
-    # works for any padding side (left, right or holes).
+def position_of_rank(valid: Array, ranks: Array) -> Array:
+    """The position of each rank-th valid token (the last position for a rank past them all).
+
+    The k-th valid token is the first position where the running count exceeds k, for any
+    padding side (left, right or holes). On a sequence split over devices the counts and
+    positions are global: the shard holding a rank gives its position, one all-reduce of
+    ``ranks.size`` numbers.
+    """
     counts = jnp.cumsum(valid)
-    return jnp.minimum(jnp.searchsorted(counts, ranks + 1), valid.shape[0] - 1).astype(jnp.int32)
+    n = valid.shape[0]
+    if _seq.active() is None:
+        return jnp.minimum(jnp.searchsorted(counts, ranks + 1), n - 1).astype(jnp.int32)
+    before = _seq.exclusive_prefix(counts[-1])
+    held = (ranks >= before) & (ranks < before + counts[-1])
+    local = jnp.searchsorted(counts + before, ranks + 1)
+    position = _seq.total(jnp.where(held, local + _seq.offset(n), 0))
+    last = _seq.global_length(n) - 1
+    return jnp.where(_seq.total(held.astype(jnp.int32)) > 0, position, last).astype(jnp.int32)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
@@ -59,9 +59,9 @@ def feature_attention(
     """
     if not is_causal:
         phi_q, phi_k = query_features(q), key_features(k, k_valid)
-        num = phi_q @ (phi_k.T @ v)
-        den = phi_q @ phi_k.sum(0)
-        return num / _positive(den + eps)[:, None]
+        # On a sequence split over devices: one all-reduce of the (r, d_v + 1) key summary.
+        kv, k_sum = _seq.total((phi_k.T @ v, phi_k.sum(0)))
+        return (phi_q @ kv) / _positive(phi_q @ k_sum + eps)[:, None]
     n = q.shape[0]
     c = min(chunk_size, n)
     pad = (-n) % c
@@ -83,6 +83,19 @@ def feature_attention(
     r = jax.eval_shape(query_features, chunks[0][0]).shape[-1]
     ct = jnp.result_type(jax.eval_shape(query_features, chunks[0][0]).dtype, v.dtype)
     init = (jnp.zeros((r, v.shape[-1]), ct), jnp.zeros((r,), ct))
+    if _seq.active() is not None:
+        # A split sequence (LASP-2): each shard starts from the states of the shards
+        # before it, an exclusive prefix of every shard's own (r, d_v + 1) totals.
+        def add_chunk(carry, chunk):
+            _, ck, cv, ck_valid = chunk
+            fk = key_features(ck, ck_valid)
+            return (carry[0] + fk.T @ cv, carry[1] + fk.sum(0)), None
+
+        # The scan's carry must vary over the mesh axes as the shard's data do.
+        zero = jnp.zeros_like(k_valid[0], dtype=ct)
+        totals, _ = jax.lax.scan(jax.checkpoint(add_chunk, prevent_cse=False),
+                                 jax.tree.map(lambda x: x + zero, init), chunks)
+        init = _seq.exclusive_prefix(totals)
     _, out = jax.lax.scan(jax.checkpoint(step, prevent_cse=False), init, chunks)
     return out.reshape(nc * c, -1)[:n]
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._linear import (
     check_causal_lengths,
     end_aligned_lift,
@@ -93,7 +93,8 @@ def _performer_head(
 
     # Stabilisers cancel between numerator and denominator (up to eps): per query row, and
     # one for all valid keys of this (batch, head), so padding never sets the scale.
-    k_max = _valid_max(logits, jax.lax.stop_gradient(k), k_valid, chunk_size if is_causal else None)
+    k_max = _seq.maximum(
+        _valid_max(logits, jax.lax.stop_gradient(k), k_valid, chunk_size if is_causal else None))
     k_stab = jax.lax.stop_gradient(jnp.where(jnp.isfinite(k_max), k_max, 0.0))
     # In the causal form eps would make early outputs depend on later keys through the
     # shared key stabiliser, so it is dropped there (the scan's own eps guards 0/0).
@@ -113,7 +114,7 @@ def _performer_head(
     out = feature_attention(query_features, key_features, q, k, v, k_valid,
                             is_causal=is_causal, chunk_size=chunk_size, eps=0.0)
     # A query with no valid key: numerator and denominator are both 0.
-    return jnp.where(q_valid[:, None] & k_valid.any(), out, 0.0)
+    return jnp.where(q_valid[:, None] & (_seq.total(k_valid.sum()) > 0), out, 0.0)
 
 
 def _valid_max(

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from spectral_jax import UnsupportedError, _checks
 from spectral_jax.attention import _common
 from spectral_jax.attention._hints import causal_methods_hint
-from spectral_jax.attention._landmarks import _position_of_rank
+from spectral_jax.attention._landmarks import position_of_rank
 from spectral_jax.attention._prologue import prologue, slice_keys
 
 Array = jax.Array
@@ -50,7 +50,7 @@ def _probsparse_head(
     if rng is None:
         # Evenly spaced valid keys, the same for every query.
         ranks = ((2 * column + 1) * n_keys) // (2 * num_sample)
-        sampled = q @ k[_position_of_rank(k_valid, ranks)].T  # (n, max_sample)
+        sampled = q @ k[position_of_rank(k_valid, ranks)].T  # (n, max_sample)
     else:
         # Each query draws its own keys, uniformly with replacement, as Informer does. Draw j
         # of a query comes from the key folded with the query's rank among the valid queries
@@ -64,7 +64,7 @@ def _probsparse_head(
 
         uniform = jax.vmap(draws)(query_rank)  # (n, max_sample)
         ranks = jnp.floor(uniform * n_keys).astype(jnp.int32)
-        pos = _position_of_rank(k_valid, jnp.minimum(ranks, jnp.maximum(n_keys - 1, 0)))
+        pos = position_of_rank(k_valid, jnp.minimum(ranks, jnp.maximum(n_keys - 1, 0)))
         sampled = jnp.einsum("nd,nsd->ns", q, k[pos])
     in_sample = (column < num_sample)[None, :]
     sampled = jax.lax.stop_gradient(sampled)

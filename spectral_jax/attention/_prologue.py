@@ -70,4 +70,5 @@ def slice_keys(method: str, rng: Array | None, query_valid: Array) -> tuple[Arra
     if rng is None:
         return ()
     _common.check_single_key(method, "rng", rng)
-    return (_common.fold_in_rng(rng, query_valid.shape[0], query_valid.shape[1]),)
+    b, h = query_valid.shape[:2]
+    return (_common.fold_in_rng(rng, b, h, first=_seq.batch_offset(b)),)

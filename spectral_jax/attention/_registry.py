@@ -69,8 +69,12 @@ class AttentionSpec:
         form; None without one.
       sequence_parallel: how the method runs on a sequence split over devices (a key of
         ``spectral_jax.attention.SHARD_FORMS``), or None where it cannot.
-      communication: numbers each device sends per call and (example, head) in that form
-        (n length, P devices, d head_dim, m the budget), as ``cost`` gives time.
+      communication: the elements of the collectives' results (all-reduce, all-gather) per
+        forward call and (example, head) in that form, as ``cost`` gives time (P devices,
+        d and d_v the head dims, m landmarks or inducing points, r features, s sampled δ
+        rows, l packed length); ``"...; causal: ..."`` gives the causal form's. Only
+        the ring form's grows with the length n (checked against the compiled program by
+        ``tests/test_parallel_sequence.py``).
     """
 
     name: str
@@ -91,7 +95,8 @@ class AttentionSpec:
     cached_decode: bool = False
     decode: Literal["kv_cache", "ring_buffer", "feature_state", "random_feature_state",
                     "gated_state", "compressed_memory"] | None = None
-    sequence_parallel: Literal["landmark_reductions"] | None = None
+    sequence_parallel: Literal["ring", "landmark_reductions", "feature_reductions",
+                               "summary_reductions"] | None = None
     communication: str | None = None
 
     @property
@@ -195,39 +200,47 @@ ATTENTIONS: dict[str, AttentionSpec] = {
         AttentionSpec(
             name="softmax", fn=softmax_attention, source="Vaswani et al. 2017, eq. 1",
             cost="O(n²d)", supports_causal=True, target="softmax", weight_dropout=True,
-            cached_decode=True, decode="kv_cache"),
+            cached_decode=True, decode="kv_cache", sequence_parallel="ring",
+            communication="(P - 1)(n/P)(d + d_v + 1)"),
         AttentionSpec(
             name="nystrom", fn=nystrom_attention, source="Xiong et al. 2021, eq. 14-15",
             cost="O(nmd + m³)", supports_causal=False, target="softmax",
             recorded=("num_landmarks", "pinv_iterations"), budget="num_landmarks",
             conv_skip=True, test_budget=8, sequence_parallel="landmark_reductions",
-            communication="2m(d + 2) + m·d_v + 2P + 3"),
+            communication="2m(d + d_v + 2) + 2P + 2"),
         AttentionSpec(
             name="spectral_shift", fn=spectral_shift_attention,
             source="Verma 2021 (arXiv:2103.05638) with Wang et al. 2014's spectral shift",
             cost="O(n(m + s)d + sm² + m³)", supports_causal=False, target="softmax",
             recorded=("num_landmarks", "pinv_iterations", "shift", "num_delta_rows"),
-            budget="num_landmarks", conv_skip=True, test_budget=8),
+            budget="num_landmarks", conv_skip=True, test_budget=8,
+            sequence_parallel="landmark_reductions",
+            communication="2m(d + d_v + 2) + s(d + 2m + 6) + 3P + 3"),
         AttentionSpec(
             name="skyformer", fn=skyformer_attention, source="Chen et al. 2021, §4.2 eq. 4-6",
             cost="O(nmd + m³)", supports_causal=False, target="kernelized",
             recorded=("num_landmarks", "ridge", "pinv_iterations"), budget="num_landmarks",
-            state="landmark_rng", test_budget=16),
+            state="landmark_rng", test_budget=16, sequence_parallel="landmark_reductions",
+            communication="m(d + d_v + 3) + 2P + 2"),
         AttentionSpec(
             name="kernelized", fn=kernelized_attention,
             source="exact Gaussian-kernel attention that Skyformer approximates "
                    "(Chen et al. 2021, §4.1)",
-            cost="O(n²d)", supports_causal=False, target="kernelized"),
+            cost="O(n²d)", supports_causal=False, target="kernelized",
+            sequence_parallel="ring", communication="(P - 1)(n/P)(d + d_v + 1)"),
         AttentionSpec(
             name="linear", fn=linear_attention, source="Katharopoulos et al. 2020, eq. 6-9",
             cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
-            cached_decode=True, decode="feature_state"),
+            cached_decode=True, decode="feature_state", sequence_parallel="feature_reductions",
+            communication="d(d_v + 1); causal: P·d(d_v + 1)"),
         AttentionSpec(
             name="performer", fn=performer_attention,
             source="Choromanski et al. 2021 (FAVOR+), Lemma 1", cost="O(nrd)",
             supports_causal=True, target="softmax", recorded=("num_features",),
             budget="num_features", state="random_features", test_budget=32,
-            cached_decode=True, decode="random_feature_state"),
+            cached_decode=True, decode="random_feature_state",
+            sequence_parallel="feature_reductions",
+            communication="r(d_v + 1) + 2; causal: P·r(d_v + 1) + 2"),
         AttentionSpec(
             name="linformer", fn=linformer_attention, source="Wang et al. 2020, eq. 7",
             cost="O(nkd)", supports_causal=False, target="softmax", recorded=("proj_len",),
@@ -237,12 +250,14 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             source="Lee et al. 2019 (Set Transformer), §3.2 ISAB", cost="O(nmd)",
             supports_causal=False, target="softmax", recorded=("num_inducing_points",),
             budget="num_inducing_points", state="inducing_points", test_budget=8,
-            linear_in_value=False),
+            linear_in_value=False, sequence_parallel="summary_reductions",
+            communication="m(d_v + 2)"),
         AttentionSpec(
             name="luna", fn=luna_attention, source="Ma et al. 2021 (Luna), §3 pack and unpack",
             cost="O(nld)", supports_causal=False, target="softmax",
             recorded=("packed_length",), budget="packed_length", state="packed_sequence",
-            test_budget=8, carry=("packed_query", "return_packed"), linear_in_value=False),
+            test_budget=8, carry=("packed_query", "return_packed"), linear_in_value=False,
+            sequence_parallel="summary_reductions", communication="l(d_v + 2)"),
         AttentionSpec(
             name="gated_linear", fn=gated_linear_attention,
             source="Peng et al. 2021 (RFA), §3.2 RFA-Gate; Katharopoulos et al. 2020 feature "

@@ -34,11 +34,13 @@ class SeqShard(NamedTuple):
       padding: the call's padding, computed once on the global arrays and passed in as this
         shard's slices: ``(query_valid, key_valid, mask_ok, landmark_valid)`` as
         :func:`spectral_jax.attention._prologue.prologue` returns them.
+      batch_axis: the mesh axis the leading batch dim is split over, or None.
     """
 
     axis_name: str
     num_shards: int
     padding: tuple[Array, Array, Array | None, Array]
+    batch_axis: str | None = None
 
 
 _ACTIVE: contextvars.ContextVar[SeqShard | None] = contextvars.ContextVar(
@@ -101,6 +103,63 @@ def exclusive_prefix(x: Any) -> Any:
         return jnp.where(keep, every, jnp.zeros_like(every)).sum(0).astype(leaf.dtype)
 
     return jax.tree.map(prefix, x)
+
+
+def batch_offset(local_batch: int) -> Array | int:
+    """The global index of this shard's first example (0 unless the batch is split too)."""
+    shard = active()
+    if shard is None or shard.batch_axis is None:
+        return 0
+    return jax.lax.axis_index(shard.batch_axis) * local_batch
+
+
+def varying(x: Array) -> Array:
+    """``x``, a value every shard holds alike, marked as one that varies over the shards.
+
+    Sharded, a replicated value that meets a shard's own data is cast to varying where it
+    meets them, and the backward pass all-reduces its cotangent there: casting a scalar
+    before it is broadcast over the shard's tokens keeps that all-reduce one number, not
+    one per token. The identity on one device.
+    """
+    shard = active()
+    return x if shard is None else jax.lax.pcast(x, (shard.axis_name,), to="varying")
+
+
+def offset(local_length: int) -> Array | int:
+    """The global position of this shard's first token (0 on one device)."""
+    shard = active()
+    return 0 if shard is None else jax.lax.axis_index(shard.axis_name) * local_length
+
+
+def take(x: Array, index: Array, axis: int = 0) -> Array:
+    """``x``'s entries at global positions ``index`` along the sharded ``axis``, on every shard.
+
+    On one device this is ``x[..., index, ...]``. Sharded, each shard contributes the
+    positions it holds (zeros elsewhere) and one all-reduce of ``index.size`` slices gives
+    every shard the whole selection: for a few sampled rows (landmarks, δ's diagonal
+    sample) the traffic is independent of the sequence length.
+    """
+    if active() is None:
+        return x[(slice(None),) * (axis % x.ndim) + (index,)]
+    n = x.shape[axis]
+    local = index - offset(n)
+    held = (local >= 0) & (local < n)
+    picked = jnp.take(x, jnp.clip(local, 0, n - 1), axis=axis)
+    held = held.reshape(held.shape + (1,) * (x.ndim - 1 - axis % x.ndim))
+    if picked.dtype == jnp.bool_:
+        return total(jnp.where(held, picked, False).astype(jnp.int32)) > 0
+    return total(jnp.where(held, picked, jnp.zeros_like(picked)))
+
+
+def take_entries(x: Array, index: Array) -> Array:
+    """``x[i, index[i]]`` for each row i of ``x (rows, n)`` whose last axis is the sharded one."""
+    rows = jnp.arange(index.shape[0])
+    if active() is None:
+        return x[rows, index]
+    n = x.shape[-1]
+    local = index - offset(n)
+    held = (local >= 0) & (local < n)
+    return total(jnp.where(held, x[rows, jnp.clip(local, 0, n - 1)], 0.0))
 
 
 def softmax(logits: Array, valid: Array, axis: int = -1) -> Array:

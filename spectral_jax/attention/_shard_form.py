@@ -13,7 +13,16 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 SHARD_FORMS: Mapping[str, str] = MappingProxyType({
+    "ring": "exact attention by ring passes: every shard's key and value block visits every "
+            "device once (P - 1 ppermute steps), folded in by an online softmax; traffic "
+            "grows with n, memory per device falls as 1/P",
     "landmark_reductions": "segment sums and counts of the valid tokens (all-reduce), a "
                            "distributed log-sum-exp for the landmark queries' softmax over "
                            "every key; the m x m kernel and its pseudo-inverse replicated",
+    "feature_reductions": "the keys' feature summary phi(K)^T V and sum phi(K), an r x (d_v + 1) "
+                          "array: all-reduced (bidirectional), or an exclusive prefix of every "
+                          "shard's summary (causal, as LASP-2)",
+    "summary_reductions": "the l summary rows' softmax over every key (a distributed "
+                          "log-sum-exp) and their weighted sum of values, all-reduced; the "
+                          "queries read the replicated summary on their own shard",
 })

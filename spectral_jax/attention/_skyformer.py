@@ -9,11 +9,12 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._landmarks import evenly_spaced_positions, random_positions
 from spectral_jax.attention._nystrom import check_landmark_args
 from spectral_jax.attention._pinv import iterative_pinv
 from spectral_jax.attention._prologue import prologue, slice_keys
+from spectral_jax.attention._ring import ring_blocks
 
 Array = jax.Array
 
@@ -33,8 +34,13 @@ def _kernelized_head(
     q, k, v = q.astype(ct) * root, k.astype(ct) * root, v.astype(ct)
     # Padded keys are zeroed before the kernel, not only masked after it: inf - inf is NaN.
     k = jnp.where(k_valid[:, None], k, 0.0)
-    weights = gaussian_kernel(q, k) * k_valid[None, :]
-    return jnp.where(q_valid[:, None], weights @ v, 0.0)
+
+    def update(acc, kb, vb, valid, _):
+        block = (gaussian_kernel(q, kb) * valid[None, :]) @ vb
+        return block if acc is None else acc + block
+
+    # One block on one device; on a split sequence, every shard's keys in turn (a ring).
+    return jnp.where(q_valid[:, None], ring_blocks(update, None, k, v, k_valid), 0.0)
 
 
 def kernelized_attention(
@@ -122,8 +128,9 @@ def _skyformer_head(
         rng_q, rng_k = jax.random.split(rng)
         pos_q = random_positions(rng_q, q_landmark_valid, m_q)
         pos_k = random_positions(rng_k, k_valid, m_k)
-    landmarks = jnp.concatenate([q[pos_q], k[pos_k]])
-    lm_valid = jnp.concatenate([q_landmark_valid[pos_q], k_valid[pos_k]])
+    # On a sequence split over devices the m landmark rows are gathered from their shards.
+    landmarks = jnp.concatenate([_seq.take(q, pos_q), _seq.take(k, pos_k)])
+    lm_valid = jnp.concatenate([_seq.take(q_landmark_valid, pos_q), _seq.take(k_valid, pos_k)])
     q_s = gaussian_kernel(q, landmarks) * lm_valid[None, :]  # (n, m)
     k_s = gaussian_kernel(k, landmarks) * (lm_valid[None, :] & k_valid[:, None])
     pair = lm_valid[:, None] & lm_valid[None, :]
@@ -136,7 +143,7 @@ def _skyformer_head(
     d_inv_sqrt = jax.lax.rsqrt(inner.sum(-1))
     z = iterative_pinv(d_inv_sqrt[:, None] * inner * d_inv_sqrt[None, :], pinv_iterations)
     z = d_inv_sqrt[:, None] * z * d_inv_sqrt[None, :]
-    out = q_s @ (z @ (k_s.T @ v))
+    out = q_s @ (z @ _seq.total(k_s.T @ v))
     return jnp.where(q_valid[:, None], out, 0.0)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _common, _padding
+from spectral_jax import UnsupportedError, UsageError, _checks
+from spectral_jax.attention import _common, _padding, _ring, _seq
 
 Array = jax.Array
 
@@ -131,6 +132,8 @@ def softmax_attention(
     _common.check_qkv(method, query, key, value)
     _checks.boolean(f"{method}()", "is_causal", is_causal)
     scale = _common.default_scale(method, scale, query.shape[-1])
+    if _seq.active() is not None:
+        return _ring_attention(method, query, key, value, scale, is_causal, dropout)
     q_len, kv_len = query.shape[-3], key.shape[-3]
     batch_shape = query.shape[:-3]
     full = (*batch_shape, query.shape[-2], q_len, kv_len)
@@ -179,6 +182,20 @@ def softmax_attention(
     has_key = flat_mask.any(axis=-1)  # (B, H, q_len)
     has_key = jnp.swapaxes(has_key, -1, -2).reshape(*batch_shape, q_len, query.shape[-2], 1)
     return jnp.where(has_key, out, jnp.zeros_like(out))
+
+
+def _ring_attention(method: str, query: Array, key: Array, value: Array, scale: Any,
+                    is_causal: bool, dropout: bool) -> Array:
+    """One shard of a sequence split over devices: ring attention over the padding that
+    :func:`spectral_jax.parallel.sequence_parallel` computed on the global arrays."""
+    if dropout:
+        raise UnsupportedError(
+            f"{method}(): attention-weight dropout on a split sequence is not implemented "
+            "(the weights are never formed whole); use dropout_rate=0 or deterministic=True.")
+    query_valid, key_valid, mask_ok, _ = _seq.active().padding
+    head = functools.partial(_ring.ring_softmax_head, scale=scale, is_causal=is_causal)
+    return _common.lift(head, query, key, value, query_valid, key_valid, method=method,
+                        head_chunk_size=None, mask_ok=mask_ok).astype(query.dtype)
 
 
 def reference_attention(

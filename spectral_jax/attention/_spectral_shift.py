@@ -9,12 +9,10 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _common, _softmax
-from spectral_jax.attention._landmarks import (
-    _position_of_rank as rank_positions,
-)
+from spectral_jax.attention import _common, _seq, _softmax
 from spectral_jax.attention._landmarks import (
     evenly_spaced_positions,
+    position_of_rank,
     segment_means,
 )
 from spectral_jax.attention._nystrom import (
@@ -57,18 +55,20 @@ def _sampled_rows(diag_valid: Array, shift: str, num_rows: int) -> tuple[Array, 
     positions, but each valid token once when there are at most ``num_rows`` of them, so
     that the sample is then the whole diagonal. Rows are chosen by rank among the valid
     tokens, never by padded position, so padding never changes which tokens are sampled.
+    Positions are global on a sequence split over devices.
     """
-    n = diag_valid.shape[0]
+    n = _seq.global_length(diag_valid.shape[0])
     if shift == "exact" or (shift == "paired" and num_rows >= n):
-        return jnp.arange(n), diag_valid
+        rows = jnp.arange(n)
+        return rows, _seq.take(diag_valid, rows)
     if shift == "split":
         rows = evenly_spaced_positions(diag_valid, num_rows)
-        return rows, diag_valid[rows]
-    n_valid = diag_valid.sum()
+        return rows, _seq.take(diag_valid, rows)
+    n_valid = _seq.total(diag_valid.sum())
     j = jnp.arange(num_rows)
     ranks = jnp.where(n_valid <= num_rows, j, ((2 * j + 1) * n_valid) // (2 * num_rows))
-    rows = rank_positions(diag_valid, jnp.minimum(ranks, jnp.maximum(n_valid - 1, 0)))
-    return rows, (j < n_valid) & diag_valid[rows]
+    rows = position_of_rank(diag_valid, jnp.minimum(ranks, jnp.maximum(n_valid - 1, 0)))
+    return rows, (j < n_valid) & _seq.take(diag_valid, rows)
 
 
 def _split_trace_terms(
@@ -83,10 +83,11 @@ def _split_trace_terms(
     """
     f_diag = jnp.where(diag_valid[:, None], kern.f, 0.0)
     d = v.shape[-1]
-    bv_bf = kern.b @ jnp.concatenate([v, f_diag], axis=-1)
+    bv_bf = _seq.total(kern.b @ jnp.concatenate([v, f_diag], axis=-1))
     trace_nystrom = jnp.sum(z * bv_bf[:, d:].T)
-    trace_s = diag_valid.sum() * jnp.mean(jnp.where(row_valid, diag, 0.0))
-    return trace_s - trace_nystrom, diag_valid.sum() - trace_nystrom, bv_bf[:, :d]
+    n_valid = _seq.total(diag_valid.sum())
+    trace_s = n_valid * jnp.mean(jnp.where(row_valid, diag, 0.0))
+    return trace_s - trace_nystrom, n_valid - trace_nystrom, bv_bf[:, :d]
 
 
 def _paired_trace_terms(
@@ -98,7 +99,8 @@ def _paired_trace_terms(
     the ratio δ, and it is exact whenever both diagonals are constant (or every valid row is
     sampled).
     """
-    nystrom_diag = jnp.sum((kern.f[rows] @ z) * kern.b[:, rows].T, axis=-1)
+    nystrom_diag = jnp.sum((_seq.take(kern.f, rows) @ z) * _seq.take(kern.b, rows, 1).T,
+                           axis=-1)
     residual = jnp.sum(jnp.where(row_valid, diag - nystrom_diag, 0.0))
     room = jnp.sum(jnp.where(row_valid, 1.0 - nystrom_diag, 0.0))
     return residual, room
@@ -120,11 +122,10 @@ def _shifted_kernels(
     f_logits = q @ k_lm.T
     f = _common.masked_softmax(f_logits, k_lm_valid[None, :])
     a = _common.masked_softmax(q_lm @ k_lm.T, k_lm_valid[None, :]) * q_lm_valid[:, None]
-    rows_b = _common.masked_softmax(
-        jnp.concatenate([q_lm, q[rows]]) @ k.T, k_valid[None, :])
+    rows_b = _seq.softmax(jnp.concatenate([q_lm, _seq.take(q, rows)]) @ k.T, k_valid[None, :])
     b = rows_b[:m] * q_lm_valid[:, None]
     # A padded key's S_ii is zero here (the softmax gives masked entries zero weight).
-    diag = rows_b[m + jnp.arange(rows.shape[0]), rows]
+    diag = _seq.take_entries(rows_b[m:], rows)
     return LandmarkKernels(f, a, b, k_lm_valid, k_lm, f_logits), diag
 
 
@@ -160,12 +161,13 @@ def _shift_head(
     # (summing to one wherever Nyström's rows do); δ = 0 when every token is its own
     # landmark (n_valid <= m), and when there is no valid row.
     delta = jnp.where(
-        (diag_valid.sum() > kern.key_landmark_valid.sum()) & (room > 0),
+        (_seq.total(diag_valid.sum()) > kern.key_landmark_valid.sum()) & (room > 0),
         jnp.clip(residual / jnp.where(room > 0, room, 1.0), 0.0, 1.0),
         0.0,
     )
     if return_delta:
         return delta
+    delta = _seq.varying(delta)  # broadcast over this shard's tokens below
     w = landmark_values(kern, z, v, k_valid, num_landmarks, bv=bv)
     # A valid query whose own key is padding has no diagonal entry to shift weight to.
     keep = jnp.where(diag_valid, 1.0 - delta, 1.0)[:, None]
@@ -312,7 +314,7 @@ def spectral_shift_attention(
     _check_shift_args(method, query, key, shift, num_delta_rows)
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)
-    if num_landmarks >= query.shape[-3]:
+    if num_landmarks >= _seq.global_length(query.shape[-3]):
         return _softmax.softmax_attention(
             query, key, value, mask=mask, scale=p.scale, query_seq_lengths=query_seq_lengths,
             key_value_seq_lengths=key_value_seq_lengths)
@@ -367,7 +369,7 @@ def spectral_shift_delta(
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)
     ct = _common.compute_dtype(query.dtype)
-    if num_landmarks >= query.shape[-3]:
+    if num_landmarks >= _seq.global_length(query.shape[-3]):
         return jnp.zeros(query.shape[:-3] + query.shape[-2:-1], ct)
     head = _shift_core(p, query, key, num_landmarks, pinv_iterations, pinv_init, shift,
                        num_delta_rows, return_delta=True)

@@ -1,10 +1,14 @@
-"""Memory and operation counts of a compiled JAX program, read from XLA's analyses.
+"""Memory, operation and collective counts of a compiled JAX program, read from XLA.
 
 Shared by the benchmarks (which skip what would not fit) and training runs (which record their
 train step's peak), so both report the same figure.
 """
 
 from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple
 
 import jax
 
@@ -59,3 +63,56 @@ def compiled_cost(compiled: jax.stages.Compiled) -> tuple[float, float]:
     cost = compiled.cost_analysis()
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
     return float(cost.get("flops", 0.0)) / 1e9, float(cost.get("bytes accessed", 0.0)) / 1e9
+
+
+# One collective of an HLO module: `%x = f32[2,8]{1,0} all-reduce(...)`, or a tuple result
+# `%x = (f32[8]{0}, s32[]) all-reduce-start(...)`; the `-done` halves are not counted again.
+_COLLECTIVE = re.compile(
+    r"=\s*(\([^)]*\)|\S+)\s+(all-reduce|all-gather|collective-permute|all-to-all|"
+    r"reduce-scatter)(?:-start)?\(")
+_ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
+_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4,
+             "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8}
+
+
+class Collective(NamedTuple):
+    """One array of a collective's result in a compiled program."""
+
+    kind: str  # all-reduce, all-gather, collective-permute, all-to-all or reduce-scatter
+    dtype: str  # HLO element type: f32, s32, pred, ...
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        """Elements."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes."""
+        return self.size * _ITEMSIZE.get(self.dtype, 4)
+
+
+def collectives(compiled: jax.stages.Compiled) -> list[Collective]:
+    """Every collective of a compiled program, one entry per array of its result.
+
+    Read from the optimised HLO (``compiled.as_text()``), so what XLA combined or removed is
+    counted as it runs: a load-free count of what crosses devices per call.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jax.sharding import PartitionSpec as P
+      >>> from spectral_jax.lra.compiled import collectives
+      >>> mesh = jax.make_mesh((2,), ("seq",), devices=jax.devices()[:2])
+      >>> total = jax.shard_map(lambda x: jax.lax.psum(x.sum(0), "seq"), mesh=mesh,
+      ...                       in_specs=P("seq"), out_specs=P())
+      >>> x = jax.ShapeDtypeStruct((8, 3), jnp.float32,
+      ...                          sharding=jax.NamedSharding(mesh, P("seq")))
+      >>> [(c.kind, c.shape) for c in collectives(jax.jit(total).lower(x).compile())]
+      [('all-reduce', (3,))]
+    """
+    found = []
+    for result, kind in _COLLECTIVE.findall(compiled.as_text()):
+        for dtype, dims in _ARRAY.findall(result):
+            found.append(Collective(kind, dtype, tuple(int(d) for d in dims.split(",") if d)))
+    return found

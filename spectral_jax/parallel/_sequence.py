@@ -118,6 +118,15 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
                 f"{name}: the {arg} length {x.shape[-3]} is not divisible by the {shards} "
                 f"devices of mesh axis {axis_name!r}; pad the sequence to a multiple of "
                 f"{shards} (and mark the padding with a mask or lengths).")
+    if kwargs.get("is_causal") and query.shape[-3] != key.shape[-3]:
+        raise UsageError(
+            f"{name}: is_causal=True on a split sequence needs q_len == kv_len (each shard's "
+            f"queries against the keys at the same positions); got q_len={query.shape[-3]}, "
+            f"kv_len={key.shape[-3]}.")
+    if batch_axis is not None and kwargs.get("pinv_init") == "global":
+        raise UnsupportedError(
+            f"{name}: pinv_init='global' takes one scale over the whole batch, which "
+            f"batch_axis={batch_axis!r} splits; use pinv_init='per_matrix' or no batch_axis.")
     batch_shape = query.shape[:-3]
     if batch_axis is not None and (not batch_shape or batch_shape[0] % mesh.shape[batch_axis]):
         raise UsageError(
@@ -139,10 +148,15 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
     valid = P(batch_axis, None, axis_name)
     ok_spec = P(batch_axis)
 
-    arg_specs = {k: P() for k in arrays}
+    # Per-example arrays (a carried summary of shape (batch..., l, heads, d)) follow the
+    # batch split; the rest (projections, learned summaries) are replicated.
+    example = P(*lead, None, None, None)
+    arg_specs = {k: example if x.ndim == query.ndim and x.shape[:-3] == batch_shape else P()
+                 for k, x in arrays.items()}
+    carry = spec.carry is not None and bool(static.get(spec.carry[1]))
 
     def body(q, k, v, q_ok, k_ok, lm_ok, ok, arrays):
-        shard = _seq.SeqShard(axis_name, shards, (q_ok, k_ok, ok, lm_ok))
+        shard = _seq.SeqShard(axis_name, shards, (q_ok, k_ok, ok, lm_ok), batch_axis)
         with _seq.sharded(shard):
             return spec.fn(q, k, v, **static, **arrays)
 
@@ -155,5 +169,7 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
         operands = jax.tree.map(
             lambda x, s: None if x is None else jax.reshard(x, NamedSharding(mesh, s)),
             operands, in_specs, is_leaf=lambda x: x is None)
-    mapped = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=token)
+    # A carried summary (Luna's P') is returned whole by every shard of the sequence.
+    out_specs = (token, example) if carry else token
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
     return mapped(*operands)

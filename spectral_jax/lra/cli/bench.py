@@ -1,4 +1,4 @@
-"""``spectral-jax bench speed | error | compile | dump-qkv``: the benchmark subcommands.
+"""``spectral-jax bench speed | error | compile | dump-qkv | decode | parallel``.
 
     spectral-jax bench speed --lengths 1024 2048 4096 8192 16384 --out benchmarks/speed_cpu
     spectral-jax bench error --lengths 1024 --budgets 16 32 64 128 256 --out benchmarks/error
@@ -6,6 +6,7 @@
     spectral-jax bench error --qkv runs/listops_quick/qkv.npz --out benchmarks/error_listops
     spectral-jax bench compile --out benchmarks/compile_time_cpu
     spectral-jax bench decode --lengths 1024 4096 16384 65536 --out benchmarks/decode_cpu
+    spectral-jax bench parallel --devices 8 --out benchmarks/parallel_cpu
 
 Each writes ``<out>.json`` and ``<out>.png`` (and prints a rich table and where the files
 went); without ``--out``, into ``bench_out/`` (git-ignored), not the current folder. Bad
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import pathlib
 import platform
 from typing import Any
 
@@ -28,7 +30,8 @@ from spectral_jax import UsageError
 DEFAULT_OUT = {"speed": os.path.join("bench_out", "speed"),
                "error": os.path.join("bench_out", "error"),
                "compile": os.path.join("bench_out", "compile"),
-               "decode": os.path.join("bench_out", "decode")}
+               "decode": os.path.join("bench_out", "decode"),
+               "parallel": os.path.join("bench_out", "parallel")}
 
 
 def _console() -> Any:
@@ -222,6 +225,43 @@ def _decode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parallel(args: argparse.Namespace) -> int:
+    import jax
+
+    if args.devices < 2 or not 0 < args.memory_budget_gb < math.inf:
+        raise UsageError(f"bench parallel: `--devices` must be >= 2 and `--memory-budget-gb` "
+                         f"positive; got {args.devices} and {args.memory_budget_gb}.")
+    # Simulated CPU devices must be asked for before JAX starts its backend; a process whose
+    # backend already runs (a notebook, the tests) keeps the devices it has.
+    try:
+        jax.config.update("jax_num_cpu_devices", args.devices)
+    except RuntimeError:
+        pass
+    from spectral_jax.lra.bench import parallel, report
+
+    console = _console()
+    result = parallel.run_parallel(
+        args.methods, lengths=args.lengths, devices=args.devices, head_dim=args.head_dim,
+        memory_budget_bytes=int(args.memory_budget_gb * 2**30), progress=console.print)
+    title = (f"bench parallel: 1 vs {args.devices} {jax.default_backend()} devices, head_dim "
+             f"{args.head_dim}, float32, forward + input gradients, compiled (nothing runs)")
+    console.print(parallel.parallel_table(result, title=title))
+    payload = {"kind": "parallel", "config": {k: v for k, v in vars(args).items()
+                                              if k != "func"},
+               "environment": _environment(), **result}
+    json_path = report.write_json(f"{args.out}.json", payload)
+    command = ("spectral-jax bench parallel"
+               + ("" if args.methods is None else " --methods " + " ".join(args.methods))
+               + f" --lengths {' '.join(map(str, args.lengths))} --devices {args.devices} "
+               f"--head-dim {args.head_dim} --memory-budget-gb {args.memory_budget_gb:g} "
+               f"--out {args.out}")
+    md = pathlib.Path(f"{args.out}.md")
+    md.write_text(parallel.markdown(result, title=title, command=command))
+    png_path = parallel.plot_parallel(result, f"{args.out}.png", title=title)
+    console.print(_wrote(json_path, png_path) + f" and {md}", soft_wrap=True, highlight=False)
+    return 0
+
+
 def add_parser(subparsers: Any) -> None:
     """Registers ``bench`` with the ``speed``, ``error`` and ``dump-qkv`` subcommands.
 
@@ -327,6 +367,23 @@ def add_parser(subparsers: Any) -> None:
     de.add_argument("--out", default=DEFAULT_OUT["decode"],
                     help="writes OUT.json and OUT.png (the default folder is git-ignored)")
     de.set_defaults(func=_decode)
+
+    pa = sub.add_parser("parallel", help="per-device memory and collective bytes of a sequence "
+                        "split over devices, and the longest sequence that fits")
+    pa.add_argument("--methods", nargs="+", type=_method, default=None, metavar="METHOD",
+                    help="methods with a sequence-sharded form (default: all of them)")
+    pa.add_argument("--lengths", nargs="+", type=int,
+                    default=[2**12, 2**14, 2**16, 2**18, 2**20])
+    pa.add_argument("--devices", type=int, default=8,
+                    help="mesh size (CPU: simulated devices, which measure memory and "
+                         "traffic, not speed)")
+    pa.add_argument("--head-dim", type=int, default=64)
+    pa.add_argument("--memory-budget-gb", type=float, default=1.0,
+                    help="per-device memory for the longest-sequence search")
+    pa.add_argument("--out", default=DEFAULT_OUT["parallel"],
+                    help="writes OUT.json, OUT.md and OUT.png (the default folder is "
+                         "git-ignored)")
+    pa.set_defaults(func=_parallel)
 
     dq = sub.add_parser("dump-qkv", help="capture q/k/v of one attention layer of a trained run")
     dq.add_argument("--workdir", required=True, help="a `spectral-jax train` run directory")

@@ -1,0 +1,87 @@
+"""Ring attention: exact attention on a split sequence, key/value blocks passed around the mesh.
+
+Each device keeps its own queries and, in P steps, sees every shard's keys and values once:
+it folds the block it holds into its running result, then hands the block to the next
+device (``jax.lax.ppermute``). No device ever holds more than two blocks of n/P tokens, so
+memory per device falls as 1/P while the traffic, (P − 1) blocks per device, is the whole
+sequence once. Softmax folds blocks with an online (streaming) log-sum-exp.
+
+References:
+  Liu, Zaharia & Abbeel 2023, "Ring Attention with Blockwise Transformers for Near-Infinite
+  Context", arXiv:2310.01889; Milakov & Gimelshein 2018, "Online normalizer calculation for
+  softmax" (the streaming normaliser).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import _common, _seq
+
+Array = jax.Array
+
+
+def ring_blocks(update: Callable[..., Any], carry: Any, k: Array, v: Array,
+                k_valid: Array) -> Any:
+    """Folds ``update(carry, k_block, v_block, valid_block, block)`` over every key block.
+
+    ``block`` is the shard index the keys come from (their first position is ``block ·
+    len(k_block)``). The fold starts with this shard's own block and takes the others in
+    ring order, P − 1 ``ppermute`` steps. On one device there is one block, the whole
+    sequence.
+    """
+    shard = _seq.active()
+    if shard is None:
+        return update(carry, k, v, k_valid, 0)
+    p = shard.num_shards
+    index = jax.lax.axis_index(shard.axis_name)
+    ring = [(i, (i + 1) % p) for i in range(p)]
+    block = (k, v, k_valid)
+    for step in range(p):
+        carry = update(carry, *block, (index - step) % p)
+        if step < p - 1:
+            block = jax.lax.ppermute(block, shard.axis_name, ring)
+    return carry
+
+
+def ring_softmax_head(
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *, scale: Any,
+    is_causal: bool,
+) -> Array:
+    """Exact softmax attention of one head's query shard against every key, by blocks.
+
+    The running maximum is a stabiliser without a derivative (it cancels between the
+    numerator and the normaliser), so values and gradients are those of the one-block
+    softmax. Causal: key position ≤ query position, queries and keys at the same global
+    positions. Padded queries and queries with no valid key give zeros.
+    """
+    ct = _common.compute_dtype(q.dtype)
+    q = q.astype(ct) * scale
+    n = q.shape[0]
+    q_pos = _seq.offset(n) + jnp.arange(n)
+
+    def update(carry, kb, vb, valid, block):
+        top, norm, acc = carry
+        ok = jnp.broadcast_to(valid[None, :], (n, kb.shape[0]))
+        if is_causal:
+            ok = ok & (block * kb.shape[0] + jnp.arange(kb.shape[0]) <= q_pos[:, None])
+        logits = q @ kb.astype(ct).T
+        block_top = jax.lax.stop_gradient(jnp.max(jnp.where(ok, logits, -jnp.inf), axis=-1))
+        new_top = jnp.maximum(top, block_top)
+        safe = jnp.where(jnp.isfinite(new_top), new_top, 0.0)
+        weights = jnp.where(ok, jnp.exp(jnp.where(ok, logits, 0.0) - safe[:, None]), 0.0)
+        # Rescales what earlier blocks summed to the new stabiliser (1 while nothing was).
+        rescale = jnp.exp(jnp.where(jnp.isfinite(top), top, safe) - safe)
+        return (new_top, norm * rescale + weights.sum(-1),
+                acc * rescale[:, None] + weights @ vb.astype(ct))
+
+    # The carry varies over the shards as the queries do.
+    zero = jnp.zeros_like(q_valid, dtype=ct)
+    init = (zero - jnp.inf, zero, jnp.zeros((n, v.shape[-1]), ct) + zero[:, None])
+    _, norm, acc = ring_blocks(update, init, k, v, k_valid)
+    out = acc / jnp.where(norm > 0, norm, 1.0)[:, None]
+    return jnp.where(q_valid[:, None] & (norm > 0)[:, None], out, 0.0)
