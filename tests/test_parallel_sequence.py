@@ -6,6 +6,8 @@ boundaries), and an example whose valid tokens all sit on the first shard.
 """
 
 import functools
+import inspect
+import math
 import re
 
 import jax
@@ -16,6 +18,7 @@ from attention_cases import method_kwargs
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError
 from spectral_jax.attention import ATTENTIONS, SHARD_FORMS
+from spectral_jax.attention._probsparse import log_budget
 from spectral_jax.lra.bench.parallel import compile_call
 from spectral_jax.lra.compiled import collectives
 from spectral_jax.parallel import sequence_parallel
@@ -143,8 +146,42 @@ def _forward_collectives(fn, length: int, head_dim: int, v_head_dim: int):
     return collectives(jax.jit(call).lower(x, x, v, lens, lens).compile())
 
 
-@pytest.mark.parametrize("name", [n for n in SHARDED if ATTENTIONS[n].sequence_parallel
-                                  != "ring"])
+_FUNCTIONS = {"min": min, "ceil": math.ceil}
+
+
+def _evaluate(formula: str, **symbols: int) -> int:
+    """A registry formula such as ``2m(d + d_v + 2) + 3P·min(k, n/P)`` at the given symbol
+    values."""
+    tokens = re.findall(r"\d+|[A-Za-z_]\w*|[()+\-·/,]", formula.replace(" ", ""))
+    python = []
+    for prev, tok in zip([None] + tokens, tokens):
+        # Juxtaposition is a product: 2m, 2(, m(, )(, )m; a function name calls.
+        if (prev and prev not in _FUNCTIONS and (prev[-1].isalnum() or prev == ")")
+                and (tok[0].isalnum() or tok == "(")):
+            python.append("*")
+        python.append({"·": "*"}.get(tok, str(symbols[tok]) if tok in symbols else tok))
+    # The registry's own formula: digits, symbols, + - * / ( ) and the functions.
+    return eval("".join(python), dict(_FUNCTIONS))
+
+
+def _symbols(budget: int, n: int) -> dict[str, int]:
+    """The formulas' symbols other than P, d, d_v and s: every budget (k the projected
+    length or top keys) at ``budget``, t Lloyd steps, u = Informer's budget·⌈ln n⌉ (what
+    the formula test compiles)."""
+    return {"m": budget, "r": budget, "l": budget, "w": budget, "k": budget, "c": budget,
+            "t": 3, "u": log_budget(budget, n), "n": n}
+
+
+def _grows_with_length(communication: str) -> bool:
+    """Whether a registry formula's default form (its first part) grows with n (ring passes,
+    ProbSparse's key sample)."""
+    formula, size = communication.split("; ")[0], {"d": 8, "d_v": 8, "P": 4, "s": 8}
+    return _evaluate(formula, **size, **_symbols(8, 256)) != _evaluate(
+        formula, **size, **_symbols(8, 1024))
+
+
+@pytest.mark.parametrize("name", [n for n in SHARDED
+                                  if not _grows_with_length(ATTENTIONS[n].communication)])
 def test_collectives_do_not_grow_with_the_length(name):
     # Forward and the gradients of query, key and value, as a training step runs them.
     short, long = (collectives(compile_call(name, n, 4, head_dim=8, budget=8))
@@ -156,18 +193,6 @@ def test_collectives_do_not_grow_with_the_length(name):
         assert not {1024, 1024 // 4} & set(c.shape), c
 
 
-def _evaluate(formula: str, **symbols: int) -> int:
-    """A registry formula such as ``2m(d + d_v + 2) + 3P`` at the given symbol values."""
-    tokens = re.findall(r"\d+|[A-Za-z_]\w*|[()+\-·/]", formula.replace(" ", ""))
-    python = []
-    for prev, tok in zip([None] + tokens, tokens):
-        # Juxtaposition is a product: 2m, 2(, m(, )(, )m.
-        if prev and (prev[-1].isalnum() or prev == ")") and (tok[0].isalnum() or tok == "("):
-            python.append("*")
-        python.append({"·": "*"}.get(tok, str(symbols[tok]) if tok in symbols else tok))
-    return eval("".join(python))  # the registry's own formula: digits, symbols and + * ( )
-
-
 @pytest.mark.parametrize(("name", "is_causal"), CASES)
 def test_communication_formula_matches_the_compiled_program(name, is_causal):
     spec = ATTENTIONS[name]
@@ -176,13 +201,20 @@ def test_communication_formula_matches_the_compiled_program(name, is_causal):
     kwargs = method_kwargs(name, n=256, head_dim=d, budget=budget)
     if name == "spectral_shift":
         kwargs["num_delta_rows"] = s
+    symbols = _symbols(budget, 256)
+    for arg, symbol in (("topk", "k"), ("iterations", "t")):
+        if arg in inspect.signature(spec.fn).parameters:
+            kwargs[arg] = symbols[symbol]
     forms = dict(part.split(": ") if ": " in part else ("", part)
                  for part in spec.communication.split("; "))
     formula = forms.get("causal", forms[""]) if is_causal else forms[""]
-    fn = sequence_parallel(name, mesh=_mesh(devices), is_causal=is_causal, **kwargs)
-    want = _evaluate(formula, m=budget, r=budget, l=budget, d=d, d_v=d_v, P=devices, s=s,
-                     n=256)
-    assert sum(c.size for c in _forward_collectives(fn, 256, d, d_v)) == want, formula
+    # A "rng=None: ..." part is the deterministic form's (an evenly spaced sample).
+    checks = [(formula, kwargs)] + ([(forms["rng=None"], {**kwargs, "rng": None})]
+                                    if "rng=None" in forms and not is_causal else [])
+    for formula, call_kwargs in checks:
+        fn = sequence_parallel(name, mesh=_mesh(devices), is_causal=is_causal, **call_kwargs)
+        want = _evaluate(formula, d=d, d_v=d_v, P=devices, s=s, **symbols)
+        assert sum(c.size for c in _forward_collectives(fn, 256, d, d_v)) == want, formula
 
 
 def test_bad_input_names_the_problem():

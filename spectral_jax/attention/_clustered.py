@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._landmarks import evenly_spaced_positions, random_positions
 from spectral_jax.attention._prologue import prologue, slice_keys
 
@@ -54,13 +54,16 @@ def kmeans_queries(
     def means(x: Array, assignment: Array) -> tuple[Array, Array]:
         sums = jax.ops.segment_sum(x * weights[:, None], assignment, num_segments=num_clusters)
         counts = jax.ops.segment_sum(weights, assignment, num_segments=num_clusters)
+        # On a sequence split over devices: C sums and C counts per shard, one all-reduce.
+        sums, counts = _seq.total((sums, counts))
         return sums / jnp.maximum(counts, 1.0)[:, None], counts
 
     def lloyd(_: int, centroids: Array) -> Array:
         new, counts = means(q_fixed, assign(centroids))
         return jnp.where(counts[:, None] > 0, new, centroids)
 
-    centroids = jax.lax.fori_loop(0, iterations, lloyd, q_fixed[start])
+    # The start positions are global: every shard gets the same C queries.
+    centroids = jax.lax.fori_loop(0, iterations, lloyd, _seq.take(q_fixed, start))
     assignment = assign(centroids)
     centroids, _ = means(q, assignment)
     return centroids, assignment
@@ -85,7 +88,8 @@ def _clustered_head(
     _, _, assignment, logits = _cluster_logits(
         q, k, q_valid, member, rng, scale=scale, num_clusters=num_clusters,
         iterations=iterations)
-    cluster_out = _common.masked_softmax(logits, k_valid[None, :]) @ v.astype(ct)  # (C, d_v)
+    # A softmax over every key and the weighted sum of values, both reduced over the shards.
+    cluster_out = _seq.total(_seq.softmax(logits, k_valid[None, :]) @ v.astype(ct))  # (C, d_v)
     return jnp.where(q_valid[:, None], cluster_out[assignment], 0.0)
 
 
@@ -96,26 +100,28 @@ def _improved_clustered_head(
     ct = _common.compute_dtype(q.dtype)
     k = jnp.where(k_valid[:, None], k.astype(ct), 0.0)
     v = v.astype(ct)
-    topk = min(topk, k.shape[0])
+    topk = min(topk, _seq.global_length(k.shape[0]))
     q, _, assignment, logits = _cluster_logits(
         q, k, q_valid, member, rng, scale=scale, num_clusters=num_clusters,
         iterations=iterations)
-    centroid_weights = _common.masked_softmax(logits, k_valid[None, :])  # (C, n_k)
-    # The top-k keys of each centroid; an index past the valid keys (fewer than k of them)
-    # points at padding and is masked below.
-    _, top = jax.lax.top_k(jnp.where(k_valid[None, :], logits, -jnp.inf), topk)  # (C, k)
-    top_valid = k_valid[top]
+    centroid_weights = _seq.softmax(logits, k_valid[None, :])  # (C, n_k)
+    # The top-k keys of each centroid, at global positions; an index past the valid keys
+    # (fewer than k of them) points at padding and is masked below.
+    _, top = _seq.top_k(jnp.where(k_valid[None, :], logits, -jnp.inf), topk)  # (C, k)
+    top_valid = _seq.take(k_valid, top)
+    # Each shard marks the top keys it holds.
     in_top = jnp.zeros(centroid_weights.shape, bool).at[
-        jnp.arange(num_clusters)[:, None], top].set(top_valid)
+        jnp.arange(num_clusters)[:, None], _seq.local_index(top, k.shape[0])].set(
+        top_valid, mode="drop")
     rest = jnp.where(in_top, 0.0, centroid_weights)
-    top_mass = 1.0 - rest.sum(-1)  # m̂_c: the centroid's mass on its top-k keys
-    rest_out = rest @ v  # (C, d_v)
-    # Each query recomputes exact weights on its cluster's top-k keys: O(n·k·d).
-    idx = top[assignment]  # (n, k)
-    q_logits = jnp.einsum("nd,nkd->nk", q * scale, k[idx])
+    rest_mass, rest_out = _seq.total((rest.sum(-1), rest @ v))  # (C,), (C, d_v)
+    top_mass = 1.0 - rest_mass  # m̂_c: the centroid's mass on its top-k keys
+    # Each query recomputes exact weights on its cluster's top-k keys: O(n·k·d); the C·k
+    # top keys and values are gathered onto every shard.
+    q_logits = jnp.einsum("nd,nkd->nk", q * scale, _seq.take_selected(k, top, assignment))
     q_weights = _common.masked_softmax(q_logits, top_valid[assignment])
-    out = (top_mass[assignment][:, None] * jnp.einsum("nk,nkd->nd", q_weights, v[idx])
-           + rest_out[assignment])
+    exact = jnp.einsum("nk,nkd->nd", q_weights, _seq.take_selected(v, top, assignment))
+    out = top_mass[assignment][:, None] * exact + rest_out[assignment]
     return jnp.where(q_valid[:, None], out, 0.0)
 
 

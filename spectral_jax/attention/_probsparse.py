@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UnsupportedError, _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._hints import causal_methods_hint
 from spectral_jax.attention._landmarks import position_of_rank
 from spectral_jax.attention._prologue import prologue, slice_keys
@@ -42,20 +42,23 @@ def _probsparse_head(
     v = v.astype(ct)
     candidate = candidate & q_valid
     # Budgets follow the valid counts (not the padded length), so an example's output never
-    # depends on how far its batch-mates pad it; the static bounds fix the array shapes.
-    n_keys = k_valid.sum()
-    num_sample, max_sample = log_budget(factor, n_keys), log_budget(factor, n_k)
-    num_top, max_top = log_budget(factor, candidate.sum()), log_budget(factor, n)
+    # depends on how far its batch-mates pad it; the static bounds fix the array shapes. All
+    # are global on a sequence split over devices.
+    n_keys = _seq.total(k_valid.sum())
+    num_sample = log_budget(factor, n_keys)
+    max_sample = log_budget(factor, _seq.global_length(n_k))
+    num_top = log_budget(factor, _seq.total(candidate.sum()))
+    max_top = log_budget(factor, _seq.global_length(n))
     column = jnp.arange(max_sample)
     if rng is None:
-        # Evenly spaced valid keys, the same for every query.
+        # Evenly spaced valid keys, the same for every query (U rows onto every shard).
         ranks = ((2 * column + 1) * n_keys) // (2 * num_sample)
-        sampled = q @ k[position_of_rank(k_valid, ranks)].T  # (n, max_sample)
+        sampled = q @ _seq.take(k, position_of_rank(k_valid, ranks)).T  # (n, max_sample)
     else:
         # Each query draws its own keys, uniformly with replacement, as Informer does. Draw j
         # of a query comes from the key folded with the query's rank among the valid queries
         # and with j, so the sample never depends on the padded shape or the padding's place.
-        query_rank = jnp.cumsum(q_valid) - 1
+        query_rank = jnp.cumsum(q_valid) - 1 + _seq.exclusive_prefix(q_valid.sum())
 
         def draws(rank: Array) -> Array:
             query_key = jax.random.fold_in(rng, rank)
@@ -63,20 +66,32 @@ def _probsparse_head(
                 column)
 
         uniform = jax.vmap(draws)(query_rank)  # (n, max_sample)
-        ranks = jnp.floor(uniform * n_keys).astype(jnp.int32)
-        pos = position_of_rank(k_valid, jnp.minimum(ranks, jnp.maximum(n_keys - 1, 0)))
-        sampled = jnp.einsum("nd,nsd->ns", q, k[pos])
+        ranks = jnp.minimum(jnp.floor(uniform * n_keys).astype(jnp.int32),
+                            jnp.maximum(n_keys - 1, 0))
+        # Any key may be drawn by any query: a split sequence gathers every key and its
+        # validity (no derivative: the sample only ranks the queries), and each rank is
+        # looked up in the whole sequence's running count.
+        every_key = _seq.gather(jax.lax.stop_gradient(k), 0)
+        every_valid = _seq.gather(k_valid, 0)
+        pos = jnp.minimum(
+            jnp.searchsorted(jnp.cumsum(every_valid), ranks + 1), every_valid.shape[0] - 1)
+        sampled = jnp.einsum("nd,nsd->ns", q, every_key[pos])
     in_sample = (column < num_sample)[None, :]
     sampled = jax.lax.stop_gradient(sampled)
     sparsity = (jnp.max(jnp.where(in_sample, sampled, -jnp.inf), -1)
                 - jnp.sum(jnp.where(in_sample, sampled, 0.0), -1) / num_sample)
-    _, top = jax.lax.top_k(jnp.where(candidate, sparsity, -jnp.inf), max_top)
-    active = (jnp.arange(max_top) < num_top) & candidate[top]
+    # The top-u queries of the whole sequence, at global positions.
+    _, top = _seq.top_k(jnp.where(candidate, sparsity, -jnp.inf), max_top)
+    active = (jnp.arange(max_top) < num_top) & _seq.take(candidate, top)
     # Lazy queries: softmax weights taken as uniform, i.e. the mean of the valid values.
-    mean = v.sum(0) / jnp.maximum(n_keys, 1).astype(ct)
-    exact = _common.masked_softmax(q[top] @ k.T, k_valid[None, :]) @ v  # (max_top, d_v)
+    mean = _seq.total(v.sum(0)) / jnp.maximum(n_keys, 1).astype(ct)
+    # The active queries' rows, gathered onto every shard, attend over every key.
+    logits = _seq.take(q, top) @ k.T  # (max_top, n_k)
+    exact = _seq.total(_seq.softmax(logits, k_valid[None, :]) @ v)  # (max_top, d_v)
     out = jnp.broadcast_to(mean, (n, v.shape[-1]))
-    out = out.at[top].set(jnp.where(active[:, None], exact, mean[None, :]))
+    # Each shard writes back the active rows it holds.
+    out = out.at[_seq.local_index(top, n)].set(
+        jnp.where(active[:, None], exact, mean[None, :]), mode="drop")
     return jnp.where(q_valid[:, None], out, 0.0)
 
 

@@ -74,7 +74,10 @@ class AttentionSpec:
         d and d_v the head dims, m landmarks or inducing points, r features, s sampled δ
         rows, l packed length); ``"...; causal: ..."`` gives the causal form's. Only
         the ring form's grows with the length n (checked against the compiled program by
-        ``tests/test_parallel_sequence.py``).
+        ``tests/test_parallel_sequence.py``). The clustered methods' m is the clusters, k the
+        top keys per cluster and t the Lloyd steps; ProbSparse's u is its factor·⌈ln n⌉
+        active queries, and ``"...; rng=None: ..."`` gives its evenly spaced key sample's
+        form (the random one gathers every key, so it grows with n too).
     """
 
     name: str
@@ -96,7 +99,7 @@ class AttentionSpec:
     decode: Literal["kv_cache", "ring_buffer", "feature_state", "random_feature_state",
                     "gated_state", "compressed_memory"] | None = None
     sequence_parallel: Literal["ring", "landmark_reductions", "feature_reductions",
-                               "summary_reductions"] | None = None
+                               "summary_reductions", "global_selection"] | None = None
     communication: str | None = None
 
     @property
@@ -273,20 +276,26 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             source="Vyas, Katharopoulos & Fleuret 2020, §3.2 eq. 6-7 (k-means on the queries)",
             cost="O(nCd)", supports_causal=False, target="softmax",
             recorded=("num_clusters", "iterations"), budget="num_clusters",
-            state="landmark_rng", test_budget=8),
+            state="landmark_rng", test_budget=8, sequence_parallel="global_selection",
+            communication="m(d + d_v + 4) + (t + 1)m(d + 1) + P + 1"),
         AttentionSpec(
             name="improved_clustered", fn=improved_clustered_attention,
             source="Vyas, Katharopoulos & Fleuret 2020, §3.3 eq. 9-10 (top-k keys per "
                    "cluster)",
             cost="O(n(C + k)d)", supports_causal=False, target="softmax",
             recorded=("num_clusters", "iterations", "topk"), budget="num_clusters",
-            state="landmark_rng", test_budget=8),
+            state="landmark_rng", test_budget=8, sequence_parallel="global_selection",
+            communication="m(d + d_v + 5) + (t + 1)m(d + 1) + m·k(d + d_v + 1) "
+                          "+ 2P·m·min(k, n/P) + P + 1"),
         AttentionSpec(
             name="probsparse", fn=probsparse_attention,
             source="Zhou et al. 2021 (Informer), §3 eq. 3-4 (ProbSparse, c·ln n active "
                    "queries)",
             cost="O(n log n · d)", supports_causal=False, target="softmax",
-            recorded=("factor",), budget="factor", state="landmark_rng", test_budget=2),
+            recorded=("factor",), budget="factor", state="landmark_rng", test_budget=2,
+            sequence_parallel="global_selection",
+            communication="n(d + 1) + u(d + d_v + 3) + 2P·min(u, n/P) + d_v + P + 2; "
+                          "rng=None: u(2d + d_v + 5) + 2P·min(u, n/P) + d_v + P + 2"),
         # The budget kernel_size is also the stride: a larger one compresses more (cheaper,
         # less accurate); 1 with identity weights is exact.
         AttentionSpec(

@@ -131,6 +131,13 @@ def offset(local_length: int) -> Array | int:
     return 0 if shard is None else jax.lax.axis_index(shard.axis_name) * local_length
 
 
+def gather(x: Array, axis: int) -> Array:
+    """Every shard's ``x`` concatenated along ``axis`` in shard order (``x`` on one device):
+    ``num_shards · size(x)`` numbers, for summaries short enough to hold whole."""
+    shard = active()
+    return x if shard is None else jax.lax.all_gather(x, shard.axis_name, axis=axis, tiled=True)
+
+
 def take(x: Array, index: Array, axis: int = 0) -> Array:
     """``x``'s entries at global positions ``index`` along the sharded ``axis``, on every shard.
 
@@ -149,6 +156,19 @@ def take(x: Array, index: Array, axis: int = 0) -> Array:
     if picked.dtype == jnp.bool_:
         return total(jnp.where(held, picked, False).astype(jnp.int32)) > 0
     return total(jnp.where(held, picked, jnp.zeros_like(picked)))
+
+
+def take_selected(x: Array, index: Array, select: Array) -> Array:
+    """``x[index[select]]``, ``index`` global positions along ``x``'s sharded first axis and
+    ``select`` a local pick of its rows (each query's cluster's top-k keys).
+
+    On one device one gather, whose derivative sums straight into ``x``'s rows. Sharded,
+    :func:`take` of the whole ``index`` (``index.size`` rows, one all-reduce), then the
+    local pick: the traffic does not depend on how many local items pick.
+    """
+    if active() is None:
+        return x[index[select]]
+    return take(x, index)[select]
 
 
 def take_entries(x: Array, index: Array) -> Array:
@@ -179,3 +199,34 @@ def softmax(logits: Array, valid: Array, axis: int = -1) -> Array:
     weights = jnp.where(valid, jnp.exp(logits - top), 0.0)
     norm = total(jnp.sum(weights, axis=axis, keepdims=True))
     return weights / jnp.where(norm > 0, norm, 1.0)
+
+
+def top_k(x: Array, k: int) -> tuple[Array, Array]:
+    """The ``k`` largest entries of ``x`` along its last axis, the sharded one, and their
+    global positions.
+
+    On one device this is ``jax.lax.top_k(x, k)``. Sharded, each shard's own top
+    ``min(k, n_local)`` entries and their global positions are all-gathered in shard order
+    (``2·P·min(k, n_local)`` numbers per row) and the top ``k`` of those are taken: the
+    global top ``k`` lies among them, and since ``jax.lax.top_k`` puts equal values lower
+    index first, equal values keep the lower global position first, as on one device.
+    """
+    shard = active()
+    if shard is None:
+        return jax.lax.top_k(x, k)
+    n = x.shape[-1]
+    values, index = jax.lax.top_k(x, min(k, n))
+    every_value, every_index = jax.lax.all_gather(
+        (values, index + offset(n)), shard.axis_name, axis=x.ndim - 1, tiled=True)
+    values, pick = jax.lax.top_k(every_value, k)
+    return values, jnp.take_along_axis(every_index, pick, axis=-1)
+
+
+def local_index(index: Array, local_length: int) -> Array:
+    """Global positions ``index`` as positions in this shard, with ``local_length`` (past the
+    end) for those another shard holds: the indices of a scatter with ``mode="drop"``, by
+    which each shard writes back only its own rows. ``index`` itself on one device."""
+    if active() is None:
+        return index
+    local = index - offset(local_length)
+    return jnp.where((local >= 0) & (local < local_length), local, local_length)

@@ -25,4 +25,8 @@ SHARD_FORMS: Mapping[str, str] = MappingProxyType({
     "summary_reductions": "the l summary rows' softmax over every key (a distributed "
                           "log-sum-exp) and their weighted sum of values, all-reduced; the "
                           "queries read the replicated summary on their own shard",
+    "global_selection": "choices made over the whole sequence: k-means sums and counts "
+                        "all-reduced, a top-k from every shard's own top-k (all-gather), the "
+                        "chosen rows gathered onto every shard and their softmax over every "
+                        "key a distributed log-sum-exp",
 })
