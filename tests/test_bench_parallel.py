@@ -39,6 +39,8 @@ def test_bench_parallel_writes_memory_traffic_and_longest_lengths(tmp_path, caps
     assert "per device MiB" in capsys.readouterr().out
 
 
-def test_bench_parallel_refuses_a_method_that_does_not_shard(capsys):
-    assert cli.main(["bench", "parallel", "--methods", "clustered", "--lengths", "256"]) == 2
-    assert "clustered has no sequence-sharded form" in capsys.readouterr().err
+def test_bench_parallel_refuses_bad_sizes(capsys):
+    assert cli.main(["bench", "parallel", "--devices", "1", "--lengths", "256"]) == 2
+    assert "`--devices` must be >= 2" in capsys.readouterr().err
+    assert cli.main(["bench", "parallel", "--devices", "2", "--memory-budget-gb", "0"]) == 2
+    assert "`--memory-budget-gb` positive" in capsys.readouterr().err

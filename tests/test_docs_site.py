@@ -44,6 +44,15 @@ def test_method_table_rows_are_the_registry():
     assert by_name["skyformer"][6] == "kernelized"
 
 
+def test_shard_table_rows_are_the_registry():
+    rows = {row[0]: row for row in spectral_docs.shard_rows()}
+    assert list(rows) == list(available_attentions())
+    assert rows["nystrom"] == ("nystrom", "landmark_reductions",
+                               ATTENTIONS["nystrom"].communication)
+    page = (DOCS / "parallel.md").read_text()
+    assert "```{shard-table}\n```" in page
+
+
 @pytest.mark.parametrize("module_name", spectral_docs.API_MODULES[:4])
 def test_api_page_documents_every_public_name(module_name):
     module = importlib.import_module(module_name)

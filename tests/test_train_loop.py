@@ -238,10 +238,12 @@ def test_resume_after_kill_continues_identically(tmp_path):
     assert result["test_loss"] == reference["test_loss"]
 
 
-def test_eight_devices_match_one(tmp_path):
+@pytest.mark.parametrize("seq", [1, 4], ids=["data8", "data2-seq4"])
+def test_eight_devices_match_one(tmp_path, seq):
     # Adam turns the float32 noise of exactly-zero gradients (e.g. the key bias, which softmax
     # ignores) into +-lr updates whose sign is noise; a larger eps keeps the update
     # proportional to the gradient, so parameters are comparable within float32 tolerance.
+    # seq = 4: each sequence split over 4 devices (train.mesh.seq), the batch over 2.
     cfg = _listops_config(tmp_path, "train.optimizer.eps=1e-3", "train.schedule.warmup_steps=0")
     data.listops_generator.generate(tmp_path / "listops", **cfg.data.generate.to_dict())
     task = data.load_task("listops", tmp_path / "listops", max_length=32)
@@ -250,7 +252,7 @@ def test_eight_devices_match_one(tmp_path):
     batch_list = [next(batches) for _ in range(2)]
     outcome = {}
     for n in (1, 8):
-        mesh = distributed.make_mesh(jax.devices()[:n])
+        mesh = distributed.make_mesh(jax.devices()[:n], seq=seq if n == 8 else 1)
         with jax.set_mesh(mesh):
             setup = setup_run(cfg, model_cfg, False, mesh)
             state, losses = setup.state, []

@@ -1,7 +1,7 @@
 """Sphinx directives that build the site's method tables and API lists from the code.
 
-``method-table`` renders rows of the attention registry (``spectral_jax.attention.ATTENTIONS``)
-and ``public-api`` documents the names in a module's ``__all__``, so neither list is written
+``method-table`` and ``shard-table`` render rows of the attention registry
+(``spectral_jax.attention.ATTENTIONS``) and ``public-api`` documents the names in a module's ``__all__``, so neither list is written
 by hand and neither can fall behind the code. ``FAMILIES`` groups the registered methods into
 the site's method pages; ``tests/test_docs_site.py`` checks that it covers the registry.
 """
@@ -137,6 +137,18 @@ def error_rows(paths: list[str], budget: int) -> tuple[list[str], list[tuple[str
     return regimes, rows
 
 
+SHARD_COLUMNS = ("registry name", "sequence-sharded form", "numbers moved per forward call and "
+                 "(example, head)")
+
+
+def shard_rows() -> list[tuple[str, ...]]:
+    """One row per registered method: its ``sequence_parallel`` form and ``communication``."""
+    from spectral_jax.attention import ATTENTIONS
+
+    return [(spec.name, spec.sequence_parallel or "-", spec.communication or "does not shard")
+            for spec in ATTENTIONS.values()]
+
+
 def _cell(text: str, literal: bool, function: bool) -> nodes.entry:
     """One table cell: plain text, a literal, or a literal linking to the function's API entry."""
     para = nodes.paragraph()
@@ -205,6 +217,16 @@ class MethodTable(SphinxDirective):
                        function_column=1)]
 
 
+class ShardTable(SphinxDirective):
+    """``.. shard-table::``: every method's sequence-sharded form and its traffic formula."""
+
+    def run(self) -> list[nodes.Node]:
+        from spectral_jax.attention import _registry
+
+        self.env.note_dependency(inspect.getsourcefile(_registry))
+        return [_table(SHARD_COLUMNS, shard_rows(), literal_columns=(0, 1, 2))]
+
+
 class PublicApi(SphinxDirective):
     """``.. public-api:: module``: every name of ``module.__all__`` with its docstring.
 
@@ -243,4 +265,5 @@ def setup(app):
     app.add_directive("method-table", MethodTable)
     app.add_directive("public-api", PublicApi)
     app.add_directive("bench-error-table", ErrorTable)
+    app.add_directive("shard-table", ShardTable)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

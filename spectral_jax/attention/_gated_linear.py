@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._hints import cached_decode_hint
 from spectral_jax.attention._linear import FEATURE_MAPS
 from spectral_jax.attention._prologue import prologue
@@ -77,8 +77,40 @@ def gated_feature_attention(
         return new, num / _positive(den + eps)[:, None]
 
     init = (jnp.zeros((r, v.shape[-1]), v.dtype), jnp.zeros((r,), v.dtype))
+    if _seq.active() is not None:
+        init = _shard_prefix_state(phi_k, v, log_g, keep, reset)
     _, out = jax.lax.scan(step, init, chunks)
     return out.reshape(nc * c, -1)[:n]
+
+
+def _shard_prefix_state(
+    phi_k: Array, v: Array, log_g: Array, keep: Array, reset: Array
+) -> tuple[Array, Array]:
+    """The state (S, z) entering this shard of a split sequence: the recurrence over every
+    token of the shards before it.
+
+    A shard maps an entering state S to D·S + S_shard, with D the product of its gates (0
+    after a reset) and S_shard what its tokens write, decayed to its end. These affine maps
+    compose associatively, so one all-gather of every shard's (D, S_shard, z_shard), 1 +
+    r·(d_v + 1) numbers, and a fold over the shards before this one give the entering state
+    (LASP-2's prefix, with gates).
+    """
+    a = jnp.cumsum(log_g)
+    seg = jnp.cumsum(reset.astype(jnp.int32))
+    # Token j reaches the shard's end decayed by exp(A_end − A_j), unless a reset follows it.
+    weight = jnp.where(seg == seg[-1], jnp.exp(a[-1] - a), 0.0) * keep
+    written = weight[:, None] * phi_k
+    summary = (jnp.where(seg[-1] == 0, jnp.exp(a[-1]), 0.0), written.T @ v, written.sum(0))
+    shard = _seq.active()
+    every = jax.lax.all_gather(summary, shard.axis_name)
+    index = jax.lax.axis_index(shard.axis_name)
+    state = (jnp.zeros_like(summary[1]), jnp.zeros_like(summary[2]))
+    for j in range(shard.num_shards):
+        decay, s_j, z_j = (x[j] for x in every)
+        before = j < index
+        state = (jnp.where(before, decay * state[0] + s_j, state[0]),
+                 jnp.where(before, decay * state[1] + z_j, state[1]))
+    return state
 
 
 def _gated_head(

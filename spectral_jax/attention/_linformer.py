@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
@@ -25,11 +25,12 @@ def _linformer_head(
     # compressed key and value. Inputs shorter than max_length use the first n columns.
     k = jnp.where(k_valid[:, None], k.astype(ct), 0.0)
     v = jnp.where(k_valid[:, None], v.astype(ct), 0.0)
-    pk = e[:, :n].astype(ct) @ k  # (proj_len, d)
-    pv = f[:, :n].astype(ct) @ v
+    # On a split sequence each shard holds its own columns of E and F: the projections are
+    # sums over the sequence, one all-reduce of (proj_len, d + d_v).
+    pk, pv = _seq.total((e[:, :n].astype(ct) @ k, f[:, :n].astype(ct) @ v))  # (proj_len, d)
     weights = jax.nn.softmax((q.astype(ct) * scale) @ pk.T, axis=-1)
     out = weights @ pv
-    return jnp.where(q_valid[:, None] & k_valid.any(), out, 0.0)
+    return jnp.where(q_valid[:, None] & (_seq.total(k_valid.sum()) > 0), out, 0.0)
 
 
 def linformer_attention(

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
@@ -31,18 +31,25 @@ def _local_head(
     v = v.astype(ct)
     right = 0 if is_causal else block
     q_blocks = jnp.pad(q, ((0, pad), (0, 0))).reshape(num_blocks, block, -1)
+    # One block of keys before the sequence and (bidirectional) one after it: zeros and
+    # invalid on one device; on a split sequence, the neighbouring shards' edge tokens (a
+    # halo of `block` = window tokens each way; the shard length is a multiple of it).
+    before = _seq.from_previous((k[n - block:], v[n - block:], k_valid[n - block:]))
+    after = _seq.from_next((k[:right], v[:right], k_valid[:right]))
+    edges = (jnp.arange(-block, 0), n + jnp.arange(right))  # the edge tokens' positions
 
-    def neighbours(x: Array) -> Array:
+    def neighbours(x: Array, first: Array, last: Array) -> Array:
         # (num_blocks, span, ...): the keys of blocks t-1..t+1 next to query block t.
-        x = jnp.pad(x, ((block, pad + right),) + ((0, 0),) * (x.ndim - 1))
+        pad_rows = jnp.zeros((pad,) + x.shape[1:], x.dtype)
+        x = jnp.concatenate([first, x, pad_rows, last])
         x = x.reshape(num_blocks + 1 + right // block, block, *x.shape[1:])
         parts = [x[shift:shift + num_blocks] for shift in range(1 + 1 + right // block)]
         return jnp.concatenate(parts, axis=1)
 
-    k_near, v_near, valid_near = neighbours(k), neighbours(v), neighbours(k_valid)
-    span = k_near.shape[1]
+    k_near, v_near, valid_near, k_pos = (
+        neighbours(x, first, last) for x, first, last in zip(
+            (k, v, k_valid, jnp.arange(n)), (*before, edges[0]), (*after, edges[1])))
     q_pos = jnp.arange(num_blocks)[:, None] * block + jnp.arange(block)[None, :]
-    k_pos = jnp.arange(num_blocks)[:, None] * block - block + jnp.arange(span)[None, :]
     offset = q_pos[:, :, None] - k_pos[:, None, :]  # i - j
     allowed = (jnp.abs(offset) <= window) & valid_near[:, None, :]
     if is_causal:
@@ -160,6 +167,13 @@ def local_attention(
             f"position p - (q_len - 1 - i)), so q_len must be <= kv_len; got "
             f"q_len={query.shape[-3]} and kv_len={key.shape[-3]}."
         )
+    if _seq.active() is not None and (query.shape[-3] != key.shape[-3]
+                                      or query.shape[-3] % min(window, query.shape[-3])):
+        raise UsageError(
+            f"{method}(): on a split sequence each shard exchanges a halo of `window` tokens "
+            f"with its neighbours, so the shard length must be a multiple of the window and "
+            f"q_len == kv_len; got window={window}, shard lengths {query.shape[-3]} "
+            f"(queries) and {key.shape[-3]} (keys).")
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)
     per_head = _local_head if query.shape[-3] == key.shape[-3] else _local_end_aligned_head

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._hints import cached_decode_hint
 from spectral_jax.attention._prologue import prologue
 
@@ -57,16 +57,30 @@ def compress_memory(
     n = x.shape[1]
     kernel = conv.shape[-3]
     slots = -(-n // stride)
-    extra = (slots - 1) * stride + kernel - n
     x = jnp.where(jnp.swapaxes(valid, 1, 2)[..., None], x.astype(ct), 0.0)
-    x = jnp.pad(x, ((0, 0), (0, max(extra, 0)), (0, 0), (0, 0)))
-    valid = jnp.pad(valid, ((0, 0), (0, 0), (0, max(extra, 0))))
-    index = stride * jnp.arange(slots)[:, None] + jnp.arange(kernel)[None, :]  # (m, kernel)
+    if _seq.active() is None:
+        extra = max((slots - 1) * stride + kernel - n, 0)
+        x = jnp.pad(x, ((0, 0), (0, extra), (0, 0), (0, 0)))
+        valid = jnp.pad(valid, ((0, 0), (0, 0), (0, extra)))
+        first, position = 0, jnp.arange(n + extra)
+    else:
+        # A split sequence: this shard makes the slots that start on it (the first at the
+        # first multiple of the stride), reading the next shard's first kernel − 1 tokens
+        # where a window crosses the edge (zeros after the last shard). Slots that would
+        # start past the shard are marked empty; all shards' slots are then gathered.
+        halo = kernel - 1
+        x = jnp.concatenate([x, _seq.from_next(x[:, :halo])], axis=1)
+        valid = jnp.concatenate([valid, _seq.from_next(valid[:, :, :halo])], axis=2)
+        first = (-_seq.offset(n)) % stride
+        position = _seq.offset(n) + jnp.arange(n + halo)
+    starts = first + stride * jnp.arange(slots)
+    index = starts[:, None] + jnp.arange(kernel)[None, :]  # (m, kernel)
     windows = x[:, index]  # (B, m, kernel, H, d)
     spec = "bmthd,tde->bmhe" if conv.ndim == 3 else "bmthd,htde->bmhe"
     memory = jnp.einsum(spec, windows, conv.astype(ct), precision=jax.lax.Precision.HIGHEST)
-    position = jnp.where(valid, jnp.arange(valid.shape[-1]), -1)
-    return memory, position[:, :, index].max(-1).astype(jnp.int32)
+    last = jnp.where(valid, position, -1)[:, :, index].max(-1).astype(jnp.int32)
+    last = jnp.where(starts < n, last, -1)
+    return _seq.gather(memory, axis=1), _seq.gather(last, axis=2)
 
 
 def _memory_head(
@@ -79,7 +93,8 @@ def _memory_head(
     if is_causal:
         # A slot mixes its valid positions (padding is zero), so it may be seen once the
         # last of them is: then no slot carries a token later than the query.
-        allowed &= slot_last[None, :] <= jnp.arange(q.shape[0])[:, None]
+        position = _seq.offset(q.shape[0]) + jnp.arange(q.shape[0])
+        allowed &= slot_last[None, :] <= position[:, None]
     out = _common.masked_softmax(q @ k.T, allowed) @ v
     return jnp.where(q_valid[:, None], out, 0.0)
 
@@ -210,6 +225,11 @@ def memory_compressed_attention(
     stride = kernel if stride is None else stride
     _checks.positive_int(f"{method}()", "stride", stride)
     _check_causal_lengths(method, is_causal, query, key)
+    if _seq.active() is not None and kernel - 1 > key.shape[-3]:
+        raise UsageError(
+            f"{method}(): on a split sequence a memory slot may reach into the next shard "
+            f"only, so kernel_size - 1 must be at most the shard length; got kernel_size="
+            f"{kernel} and {key.shape[-3]} keys per shard.")
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)
     batch_shape = query.shape[:-3]

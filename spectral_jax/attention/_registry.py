@@ -67,17 +67,21 @@ class AttentionSpec:
       decode: the decode form (a key of ``spectral_jax.attention.DECODE_FORMS``: the state
         ``prefill``/``decode_step`` carry from token to token), for every method with a causal
         form; None without one.
+      token_arrays: ``(argument, axis, batched)`` of the array arguments with one entry per
+        key position along ``axis`` (Linformer's projections, RFA-Gate's gates), split with
+        the sequence by :func:`spectral_jax.parallel.sequence_parallel`; ``batched``: the
+        dims before ``axis`` are the batch dims.
       sequence_parallel: how the method runs on a sequence split over devices (a key of
         ``spectral_jax.attention.SHARD_FORMS``), or None where it cannot.
-      communication: the elements of the collectives' results (all-reduce, all-gather) per
-        forward call and (example, head) in that form, as ``cost`` gives time (P devices,
-        d and d_v the head dims, m landmarks or inducing points, r features, s sampled δ
-        rows, l packed length); ``"...; causal: ..."`` gives the causal form's. Only
-        the ring form's grows with the length n (checked against the compiled program by
-        ``tests/test_parallel_sequence.py``). The clustered methods' m is the clusters, k the
-        top keys per cluster and t the Lloyd steps; ProbSparse's u is its factor·⌈ln n⌉
-        active queries, and ``"...; rng=None: ..."`` gives its evenly spaced key sample's
-        form (the random one gathers every key, so it grows with n too).
+      communication: the elements of the collectives' results (all-reduce, all-gather,
+        collective-permute) per forward call and (example, head) in that form, as ``cost``
+        gives time (symbols: P devices, n length, d and d_v head dims, m landmarks or
+        inducing points, r features, k projected length, s sampled δ rows, l packed length,
+        w window, c kernel size); ``"...; causal: ..."`` gives the causal form's. Checked
+        against the compiled program by ``tests/test_parallel_sequence.py``. The clustered
+        methods' m is the clusters, k the top keys per cluster and t the Lloyd steps;
+        ProbSparse's u is its factor·⌈ln n⌉ active queries, and ``"...; rng=None: ..."``
+        gives its evenly spaced key sample's form (the random one gathers every key).
     """
 
     name: str
@@ -98,9 +102,11 @@ class AttentionSpec:
     cached_decode: bool = False
     decode: Literal["kv_cache", "ring_buffer", "feature_state", "random_feature_state",
                     "gated_state", "compressed_memory"] | None = None
-    sequence_parallel: Literal["ring", "landmark_reductions", "feature_reductions",
-                               "summary_reductions", "global_selection"] | None = None
+    sequence_parallel: Literal["ring", "halo", "compressed_gather", "landmark_reductions",
+                               "feature_reductions", "summary_reductions",
+                               "global_selection"] | None = None
     communication: str | None = None
+    token_arrays: tuple[tuple[str, int, bool], ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -247,7 +253,9 @@ ATTENTIONS: dict[str, AttentionSpec] = {
         AttentionSpec(
             name="linformer", fn=linformer_attention, source="Wang et al. 2020, eq. 7",
             cost="O(nkd)", supports_causal=False, target="softmax", recorded=("proj_len",),
-            budget="proj_len", state="length_projection", test_budget=16),
+            budget="proj_len", state="length_projection", test_budget=16,
+            sequence_parallel="summary_reductions", communication="k(d + d_v) + 1",
+            token_arrays=(("key_projection", -1, False), ("value_projection", -1, False))),
         AttentionSpec(
             name="inducing_points", fn=inducing_points_attention,
             source="Lee et al. 2019 (Set Transformer), §3.2 ISAB", cost="O(nmd)",
@@ -266,7 +274,8 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             source="Peng et al. 2021 (RFA), §3.2 RFA-Gate; Katharopoulos et al. 2020 feature "
                    "map",
             cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
-            state="gates", decode="gated_state"),
+            state="gates", decode="gated_state", sequence_parallel="feature_reductions",
+            communication="P(d(d_v + 1) + 1)", token_arrays=(("gates", -2, True),)),
         # The clustered methods and ProbSparse take the sampling key of "landmark_rng": a
         # random k-means start / key sample in training, the deterministic one in
         # evaluation. Both clustered methods' budget is num_clusters (with the default 100
@@ -303,13 +312,15 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             source="Liu et al. 2018, §4.2.3 (strided conv of K and V, kernel = stride = 3)",
             cost="O(n²d/s)", supports_causal=True, target="softmax",
             recorded=("kernel_size",), budget="kernel_size", state="memory_conv",
-            test_budget=3, decode="compressed_memory"),
+            test_budget=3, decode="compressed_memory", sequence_parallel="compressed_gather",
+            communication="(P·ceil(n/(P·c)) + c - 1)(d + d_v + 1)"),
         AttentionSpec(
             name="local", fn=local_attention,
             source="band attention: Parmar et al. 2018 §3.2; LRA's Local Attention "
                    "(Tay et al. 2021)",
             cost="O(nwd)", supports_causal=True, target="softmax", recorded=("window",),
-            budget="window", test_budget=8, cached_decode=True, decode="ring_buffer"),
+            budget="window", test_budget=8, cached_decode=True, decode="ring_buffer",
+            sequence_parallel="halo", communication="2w(d + d_v + 1); causal: w(d + d_v + 1)"),
     )
 }
 _hints.REGISTERED.update(ATTENTIONS)

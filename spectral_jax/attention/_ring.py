@@ -29,6 +29,8 @@ def ring_blocks(update: Callable[..., Any], carry: Any, k: Array, v: Array,
                 k_valid: Array) -> Any:
     """Folds ``update(carry, k_block, v_block, valid_block, block)`` over every key block.
 
+    ``carry`` None: ``update`` is first called with None (the first block starts the sum).
+
     ``block`` is the shard index the keys come from (their first position is ``block ·
     len(k_block)``). The fold starts with this shard's own block and takes the others in
     ring order, P − 1 ``ppermute`` steps. On one device there is one block, the whole
@@ -40,12 +42,22 @@ def ring_blocks(update: Callable[..., Any], carry: Any, k: Array, v: Array,
     p = shard.num_shards
     index = jax.lax.axis_index(shard.axis_name)
     ring = [(i, (i + 1) % p) for i in range(p)]
-    block = (k, v, k_valid)
-    for step in range(p):
-        carry = update(carry, *block, (index - step) % p)
-        if step < p - 1:
-            block = jax.lax.ppermute(block, shard.axis_name, ring)
-    return carry
+    block, first = (k, v, k_valid), 0
+    if carry is None:  # the own block starts the fold (``update`` takes None first)
+        carry = update(None, *block, index)
+        block, first = jax.lax.ppermute(block, shard.axis_name, ring), 1
+
+    def step(state, t):
+        carry, block = state
+        carry = update(carry, *block, (index - t) % p)
+        return (carry, jax.lax.ppermute(block, shard.axis_name, ring)), None
+
+    # A scan, each step rematerialised in the backward pass: one step's (n/P) x (n/P)
+    # weights are live at a time, whatever P. The last block is folded in after it, so
+    # P − 1 blocks move.
+    (carry, block), _ = jax.lax.scan(jax.checkpoint(step, prevent_cse=False),
+                                     (carry, block), jnp.arange(first, p - 1))
+    return update(carry, *block, (index + 1) % p)
 
 
 def ring_softmax_head(

@@ -138,6 +138,27 @@ def gather(x: Array, axis: int) -> Array:
     return x if shard is None else jax.lax.all_gather(x, shard.axis_name, axis=axis, tiled=True)
 
 
+def from_previous(x: Any) -> Any:
+    """The previous shard's ``x`` (a pytree of equal shapes on every shard), by one
+    ``ppermute``; zeros for the first shard, and on one device (there is no previous one).
+    A halo: each shard sends ``size(x)`` numbers, whatever the sequence length."""
+    shard = active()
+    if shard is None:
+        return jax.tree.map(jnp.zeros_like, x)
+    ring = [(i, i + 1) for i in range(shard.num_shards - 1)]
+    return jax.lax.ppermute(x, shard.axis_name, ring)
+
+
+def from_next(x: Any) -> Any:
+    """The next shard's ``x``; zeros for the last shard and on one device (see
+    :func:`from_previous`)."""
+    shard = active()
+    if shard is None:
+        return jax.tree.map(jnp.zeros_like, x)
+    ring = [(i + 1, i) for i in range(shard.num_shards - 1)]
+    return jax.lax.ppermute(x, shard.axis_name, ring)
+
+
 def take(x: Array, index: Array, axis: int = 0) -> Array:
     """``x``'s entries at global positions ``index`` along the sharded ``axis``, on every shard.
 
@@ -230,3 +251,4 @@ def local_index(index: Array, local_length: int) -> Array:
         return index
     local = index - offset(local_length)
     return jnp.where((local >= 0) & (local < local_length), local, local_length)
+

@@ -16,6 +16,12 @@ SHARD_FORMS: Mapping[str, str] = MappingProxyType({
     "ring": "exact attention by ring passes: every shard's key and value block visits every "
             "device once (P - 1 ppermute steps), folded in by an online softmax; traffic "
             "grows with n, memory per device falls as 1/P",
+    "halo": "each shard receives the window of tokens next to its edges from its neighbours "
+            "(ppermute), before and (bidirectional) after",
+    "compressed_gather": "each shard compresses the keys and values whose memory slots start "
+                         "on it (reading kernel - 1 tokens of the next shard), then every "
+                         "shard's slots are all-gathered: n/stride slots, a traffic that "
+                         "grows with n",
     "landmark_reductions": "segment sums and counts of the valid tokens (all-reduce), a "
                            "distributed log-sum-exp for the landmark queries' softmax over "
                            "every key; the m x m kernel and its pseudo-inverse replicated",

@@ -71,25 +71,29 @@ _COLLECTIVE = re.compile(
     r"=\s*(\([^)]*\)|\S+)\s+(all-reduce|all-gather|collective-permute|all-to-all|"
     r"reduce-scatter)(?:-start)?\(")
 _ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s")
+_WHILE = re.compile(r"\swhile\(.*body=%([\w.\-]+).*\"known_trip_count\":\{\"n\":\"(\d+)\"")
+_CALLED = re.compile(r"(?:calls|body|branch_computations)=\{?%([\w.\-]+(?:,\s*%[\w.\-]+)*)")
 _ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4,
              "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8}
 
 
 class Collective(NamedTuple):
-    """One array of a collective's result in a compiled program."""
+    """One array of a collective's result in a compiled program, and how often it runs."""
 
     kind: str  # all-reduce, all-gather, collective-permute, all-to-all or reduce-scatter
     dtype: str  # HLO element type: f32, s32, pred, ...
     shape: tuple[int, ...]
+    count: int = 1  # executions per call: the trip counts of the loops around it
 
     @property
     def size(self) -> int:
-        """Elements."""
-        return math.prod(self.shape)
+        """Elements per call of the program (every execution)."""
+        return math.prod(self.shape) * self.count
 
     @property
     def nbytes(self) -> int:
-        """Bytes."""
+        """Bytes per call of the program (every execution)."""
         return self.size * _ITEMSIZE.get(self.dtype, 4)
 
 
@@ -97,7 +101,9 @@ def collectives(compiled: jax.stages.Compiled) -> list[Collective]:
     """Every collective of a compiled program, one entry per array of its result.
 
     Read from the optimised HLO (``compiled.as_text()``), so what XLA combined or removed is
-    counted as it runs: a load-free count of what crosses devices per call.
+    counted as it runs: a load-free count of what crosses devices per call. A collective
+    inside a loop (a ``jax.lax.scan``) counts once per iteration, from the loop's known trip
+    count (once where XLA does not know it).
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -111,8 +117,32 @@ def collectives(compiled: jax.stages.Compiled) -> list[Collective]:
       >>> [(c.kind, c.shape) for c in collectives(jax.jit(total).lower(x).compile())]
       [('all-reduce', (3,))]
     """
-    found = []
-    for result, kind in _COLLECTIVE.findall(compiled.as_text()):
-        for dtype, dims in _ARRAY.findall(result):
-            found.append(Collective(kind, dtype, tuple(int(d) for d in dims.split(",") if d)))
-    return found
+    found: dict[str, list[tuple[str, str, tuple[int, ...]]]] = {}
+    calls: dict[str, list[tuple[str, int]]] = {}
+    entry = current = ""
+    for line in compiled.as_text().splitlines():
+        header = _COMPUTATION.match(line)
+        if header:
+            current = header.group(1)
+            entry = current if line.startswith("ENTRY") else entry
+            continue
+        loop = _WHILE.search(line)
+        called = {} if loop is None else {loop.group(1): int(loop.group(2))}
+        for names in _CALLED.findall(line):
+            for name in re.findall(r"[\w.\-]+", names):
+                called.setdefault(name, 1)
+        calls.setdefault(current, []).extend(called.items())
+        for result, kind in _COLLECTIVE.findall(line):
+            for dtype, dims in _ARRAY.findall(result):
+                found.setdefault(current, []).append(
+                    (kind, dtype, tuple(int(d) for d in dims.split(",") if d)))
+    runs: dict[str, int] = {}
+
+    def visit(name: str, times: int) -> None:
+        runs[name] = runs.get(name, 0) + times
+        for callee, trips in calls.get(name, ()):
+            visit(callee, times * trips)
+
+    visit(entry, 1)
+    return [Collective(kind, dtype, shape, runs.get(name, 1))
+            for name, items in found.items() for kind, dtype, shape in items]

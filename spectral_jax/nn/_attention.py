@@ -22,6 +22,7 @@ from spectral_jax.nn._rngs import stream as _stream
 from spectral_jax.nn._rope import apply_rope
 from spectral_jax.nn._state import STATE_MODULES, ConvSkip, RandomFeatureState, uses_rng
 from spectral_jax.nn._symmetric import PairwiseScores, check_symmetric
+from spectral_jax.parallel import attention_function
 
 Array = jax.Array
 
@@ -345,12 +346,14 @@ class MultiHeadAttention(nnx.Module):
             kwargs.update(dropout_rng=self.dropout_rng(), dropout_rate=self.dropout_rate,
                           broadcast_dropout=False, deterministic=False)
         next_carry = None
+        # The registered function, or its sequence-sharded form inside split_sequence().
+        fn = attention_function(self.attention)
         if spec.carry is not None:
             kwargs[spec.carry[1]] = True
-            x, packed = spec.fn(query, key, value, mask=mask, **kwargs)
+            x, packed = fn(query, key, value, mask=mask, **kwargs)
             next_carry = self.state.next_carry(packed, carry)
         else:
-            x = spec.fn(query, key, value, mask=mask, **kwargs)
+            x = fn(query, key, value, mask=mask, **kwargs)
 
         if self.conv_skip is not None:
             x = x + self.conv_skip(value, mask, query.shape[-3])

@@ -149,10 +149,21 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
     ok_spec = P(batch_axis)
 
     # Per-example arrays (a carried summary of shape (batch..., l, heads, d)) follow the
-    # batch split; the rest (projections, learned summaries) are replicated.
+    # batch split; arrays with an entry per key position (the registry's token_arrays) are
+    # cut to the keys' length and split with them; the rest are replicated.
     example = P(*lead, None, None, None)
     arg_specs = {k: example if x.ndim == query.ndim and x.shape[:-3] == batch_shape else P()
                  for k, x in arrays.items()}
+    for arg, axis, batched in spec.token_arrays:
+        if arg in arrays:
+            x = arrays[arg]
+            arrays[arg] = jax.lax.slice_in_dim(x, 0, key.shape[-3], axis=axis)
+            dims: list[str | None] = [None] * x.ndim
+            dims[axis] = axis_name
+            # A leading batch dim (not one broadcast over the batch) splits with the batch.
+            if batched and x.ndim + axis > 0 and x.shape[0] == batch_shape[0] > 1:
+                dims[0] = batch_axis
+            arg_specs[arg] = P(*dims)
     carry = spec.carry is not None and bool(static.get(spec.carry[1]))
 
     def body(q, k, v, q_ok, k_ok, lm_ok, ok, arrays):

@@ -219,10 +219,13 @@ def build_config(
         "optimizer": {"learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6,
                       "weight_decay": 0.0},
         "schedule": {"name": "linear", "warmup_steps": 0, "steps_per_cycle": None},
+        # Devices one sequence is split over (the data axis takes the rest): see
+        # spectral_jax.lra.train.distributed.make_mesh.
+        "mesh": {"seq": 1},
     }
     merged = {**train_defaults, **train}
-    merged["optimizer"] = {**train_defaults["optimizer"], **train.get("optimizer", {})}
-    merged["schedule"] = {**train_defaults["schedule"], **train.get("schedule", {})}
+    for group in ("optimizer", "schedule", "mesh"):
+        merged[group] = {**train_defaults[group], **train.get(group, {})}
     cfg.train = ml_collections.ConfigDict(_typed(merged, _TRAIN_TYPES))
     cfg.train.schedule = ml_collections.ConfigDict(_typed(merged["schedule"], _TRAIN_TYPES))
     return cfg

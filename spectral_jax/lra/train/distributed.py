@@ -30,6 +30,8 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 from spectral_jax import UsageError, _checks
 
 DATA_AXIS = "data"
+# The mesh axis one sequence is split over (train.mesh.seq devices).
+SEQ_AXIS = "seq"
 
 
 def maybe_initialize(distributed: bool | None = None) -> bool:
@@ -67,18 +69,31 @@ def _env_int(name: str) -> int | None:
         raise UsageError(f"environment variable {name} must be an int; got {raw!r}") from None
 
 
-def make_mesh(devices: list[jax.Device] | None = None) -> jax.sharding.Mesh:
-    """A 1-D data-parallel mesh over ``devices`` (default: all devices of all hosts).
+def make_mesh(devices: list[jax.Device] | None = None, *, seq: int = 1) -> jax.sharding.Mesh:
+    """A data-parallel mesh over ``devices`` (default: all devices of all hosts).
 
-    The axis is ``Auto`` rather than jax's default ``Explicit``: the models are written in global
-    view and leave the partitioning of activations to XLA, so no op needs sharding annotations.
+    With ``seq > 1`` (config ``train.mesh.seq``) the mesh is 2-D, ``(data, seq)`` of shape
+    ``(devices // seq, seq)``: each example's sequence is split over ``seq`` devices
+    (:func:`spectral_jax.parallel.split_sequence`) and the batch over the rest. The axes
+    are ``Auto`` rather than jax's default ``Explicit``: the models are written in global
+    view and leave the partitioning of activations to XLA, so no op needs sharding
+    annotations.
+
+    Raises:
+        spectral_jax.UsageError: ``seq`` not a positive divisor of the device count.
 
     Example:
         >>> make_mesh(jax.devices()[:1]).shape["data"]
         1
     """
     devices = list(jax.devices() if devices is None else devices)
-    return jax.make_mesh((len(devices),), (DATA_AXIS,), (AxisType.Auto,), devices=devices)
+    if _checks.positive_int("config", "train.mesh.seq", seq) == 1:
+        return jax.make_mesh((len(devices),), (DATA_AXIS,), (AxisType.Auto,), devices=devices)
+    if len(devices) % seq:
+        raise UsageError(_checks.message(
+            "config", "train.mesh.seq", f"a divisor of the device count {len(devices)}", seq))
+    return jax.make_mesh((len(devices) // seq, seq), (DATA_AXIS, SEQ_AXIS),
+                         (AxisType.Auto, AxisType.Auto), devices=devices)
 
 
 def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
@@ -98,9 +113,9 @@ def check_batch_size(name: str, batch_size: int, mesh: jax.sharding.Mesh) -> Non
     Example:
         >>> check_batch_size("train.batch_size", 8, make_mesh(jax.devices()[:1]))
     """
-    n = mesh.devices.size
+    n = mesh.shape[DATA_AXIS]
     what = (f"a positive multiple of the device count {n} (data parallelism splits every "
-            "batch evenly over the devices)")
+            "batch evenly over the devices of the data axis)")
     if _checks.positive_int("config", name, batch_size) % n:
         raise UsageError(_checks.message("config", name, what, batch_size))
 

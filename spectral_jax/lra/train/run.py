@@ -178,7 +178,7 @@ def load_task(config: ml_collections.ConfigDict, *, is_main: bool = True) -> dat
 
 def _assemble(config: ml_collections.ConfigDict, workdir: str, *, training: bool,
               overwrite: bool = False, extend: bool = False) -> Run:
-    mesh = distributed.make_mesh()
+    mesh = distributed.make_mesh(seq=config.train.mesh.seq if "mesh" in config.train else 1)
     eval_batch_size = config.train.eval_batch_size or config.train.batch_size
     if training:
         distributed.check_batch_size("train.batch_size", config.train.batch_size, mesh)

@@ -8,7 +8,9 @@ tracing, and ``jax.jit`` sees plain pytrees, so each step compiles exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +22,9 @@ import optax
 from flax import nnx
 
 from spectral_jax import UsageError, _checks
+from spectral_jax.lra.train import distributed
 from spectral_jax.nn import TransformerConfig
+from spectral_jax.parallel import split_sequence
 
 # Model fields that model_config resolves itself (from the data, or converted); every other
 # TransformerConfig field comes from the config file as-is.
@@ -188,6 +192,12 @@ def make_steps(
     base_key = jax.random.fold_in(jax.random.key(seed), stream)
     _metrics_fn = metrics or _metrics
     keyed = eval_key is not None
+    mesh = getattr(batch, "mesh", None)
+    seq = distributed.SEQ_AXIS
+    # A (data, seq) mesh: every attention layer splits each sequence over the seq axis.
+    split = (functools.partial(split_sequence, mesh, axis_name=seq,
+                               batch_axis=distributed.DATA_AXIS)
+             if mesh is not None and mesh.shape.get(seq, 1) > 1 else contextlib.nullcontext)
 
     def train_step(rng_state, state, batch_):
         model, optimizer = nnx.merge(graphdef, rng_state, state)
@@ -201,7 +211,8 @@ def make_steps(
             extra = {"key": jax.random.fold_in(key, 3)} if keyed else {}
             return _metrics_fn(model_, batch_, deterministic=False, **extra)
 
-        (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+        with split():
+            (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
         optimizer.update(model, grads)
         sums["learning_rate"] = schedule(step)
         sums["grad_norm"] = optax.tree.norm(grads)
@@ -211,7 +222,8 @@ def make_steps(
     def eval_step(rng_state, state, batch_):
         model, _ = nnx.merge(graphdef, rng_state, state)
         extra = {"key": eval_key} if keyed else {}
-        return _metrics_fn(model, batch_, deterministic=True, **extra)[1]
+        with split():
+            return _metrics_fn(model, batch_, deterministic=True, **extra)[1]
 
     return Steps(
         train=jax.jit(
