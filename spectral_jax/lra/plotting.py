@@ -12,6 +12,7 @@ package is left as it was.
 
 from __future__ import annotations
 
+import pathlib
 import sys
 from types import ModuleType
 from typing import Any
@@ -61,3 +62,39 @@ def new_figure(mpl: ModuleType, **kwargs: Any) -> Any:
     fig = mpl.figure.Figure(**kwargs)
     mpl.backends.backend_agg.FigureCanvasAgg(fig)
     return fig
+
+
+def side_by_side(path: pathlib.Path, figsize: tuple[float, float] = (11, 4.2)
+                 ) -> tuple[Any, Any, Any] | None:
+    """A figure of two panels, left and right, for the plot ``path``; None (and the line of
+    :func:`load_matplotlib`) when matplotlib is missing."""
+    mpl = load_matplotlib(f"the plot {path}")
+    if mpl is None:
+        return None
+    fig = new_figure(mpl, figsize=figsize)
+    return (fig, *fig.subplots(1, 2))
+
+
+def log_length_axes(axes: list[tuple[Any, str]], xlabel: str = "sequence length n") -> None:
+    """Log-log axes for plots against the sequence length: base-2 lengths, labels, a grid.
+
+    Args:
+      axes: ``(matplotlib axes, y label)`` pairs.
+      xlabel: the x label, shared by all of them.
+    """
+    for ax, ylabel in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+
+
+def save_figure(fig: Any, path: pathlib.Path, title: str) -> pathlib.Path:
+    """Titles, lays out and writes ``fig`` to ``path`` (120 dpi), creating its folder."""
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return path
+

@@ -31,7 +31,7 @@ from spectral_jax.attention import (
     init_decode_state,
 )
 from spectral_jax.lra.bench.report import method_styles
-from spectral_jax.lra.plotting import load_matplotlib, new_figure
+from spectral_jax.lra.plotting import log_length_axes, save_figure, side_by_side
 
 
 def _kwargs(method: str, *, length: int, heads: int, head_dim: int, batch: int
@@ -137,26 +137,17 @@ def plot_decode(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
     Returns the path written, or None when matplotlib is missing.
     """
     path = pathlib.Path(path)
-    mpl = load_matplotlib(f"the plot {path}")
-    if mpl is None:
+    panels = side_by_side(path)
+    if panels is None:
         return None
-    fig = new_figure(mpl, figsize=(11, 4.2))
-    ax_t, ax_m = fig.subplots(1, 2)
+    fig, ax_t, ax_m = panels
     for method, style in method_styles([r["method"] for r in records]).items():
         pts = sorted((r["context"], r) for r in records if r["method"] == method)
         ax_t.plot([n for n, _ in pts], [r["time_per_token_s"] * 1e6 for _, r in pts],
                   label=method, **style)
         ax_m.plot([n for n, _ in pts], [r["state_bytes"] / 2**10 for _, r in pts],
                   label=method, **style)
-    for ax, ylabel in ((ax_t, "decode time per token (µs)"), (ax_m, "state size (KiB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("context length n")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
+    log_length_axes([(ax_t, "decode time per token (µs)"), (ax_m, "state size (KiB)")],
+                    xlabel="context length n")
     ax_t.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path, title)

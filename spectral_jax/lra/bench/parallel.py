@@ -30,7 +30,7 @@ from spectral_jax import UsageError
 from spectral_jax.attention import ATTENTIONS, get_attention_spec
 from spectral_jax.lra.bench.report import method_styles
 from spectral_jax.lra.compiled import collectives, peak_bytes
-from spectral_jax.lra.plotting import load_matplotlib, new_figure
+from spectral_jax.lra.plotting import log_length_axes, save_figure, side_by_side
 from spectral_jax.parallel import sequence_parallel
 
 
@@ -177,11 +177,10 @@ def plot_parallel(result: dict[str, list[dict[str, Any]]], path: str | pathlib.P
     """Per-device peak memory against n, one device (dashed) and the mesh (solid), and the
     bytes moved per call. Returns the path written, or None when matplotlib is missing."""
     path = pathlib.Path(path)
-    mpl = load_matplotlib(f"the plot {path}")
-    if mpl is None:
+    panels = side_by_side(path)
+    if panels is None:
         return None
-    fig = new_figure(mpl, figsize=(11, 4.2))
-    ax_m, ax_c = fig.subplots(1, 2)
+    fig, ax_m, ax_c = panels
     records = result["records"]
     for method, style in method_styles([r["method"] for r in records]).items():
         for devices, line in ((1, "--"), (max(r["devices"] for r in records), "-")):
@@ -193,16 +192,7 @@ def plot_parallel(result: dict[str, list[dict[str, Any]]], path: str | pathlib.P
             if devices > 1:
                 ax_c.plot([n for n, _ in pts], [max(r["collective_bytes"], 1) for _, r in pts],
                           label=method, **style)
-    for ax, ylabel in ((ax_m, "peak memory per device (MiB)"),
-                       (ax_c, "collective bytes per call")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length n")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
+    log_length_axes([(ax_m, "peak memory per device (MiB)"),
+                     (ax_c, "collective bytes per call")])
     ax_m.legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path, title)

@@ -13,7 +13,13 @@ from rich.table import Table
 
 from spectral_jax import UsageError
 from spectral_jax.attention import BASELINE
-from spectral_jax.lra.plotting import load_matplotlib, new_figure
+from spectral_jax.lra.plotting import (
+    load_matplotlib,
+    log_length_axes,
+    new_figure,
+    save_figure,
+    side_by_side,
+)
 
 # 1000 faults is 4 MiB of fresh 4 KiB pages per call, several ms of kernel time on CPU.
 FAULT_NOTE_THRESHOLD = 1000
@@ -187,13 +193,12 @@ def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
       True
     """
     path = pathlib.Path(path)
-    mpl = load_matplotlib(f"the plot {path}")
-    if mpl is None:
+    panels = side_by_side(path)
+    if panels is None:
         return None
     modes = {r["mode"] for r in records}
     mode = "fwd_bwd" if "fwd_bwd" in modes else "fwd"
-    fig = new_figure(mpl, figsize=(11, 4.2))
-    ax_t, ax_m = fig.subplots(1, 2)
+    fig, ax_t, ax_m = panels
     styles = method_styles([r["method"] for r in records])
     for method, style in styles.items():
         pts = sorted(((r["length"], r) for r in records
@@ -205,12 +210,7 @@ def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
             ax_t.plot(*zip(*timed), label=method, **style)
         if sized:
             ax_m.plot(*zip(*sized), label=method, **style)
-    for ax, ylabel in ((ax_t, f"{_MODE_LABEL[mode]} time (s)"), (ax_m, "peak memory (MiB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length n")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
+    log_length_axes([(ax_t, f"{_MODE_LABEL[mode]} time (s)"), (ax_m, "peak memory (MiB)")])
     if ax_t.get_legend_handles_labels()[0]:
         ax_t.legend(fontsize=8)
     else:  # compiled only: memory is all there is
@@ -219,11 +219,7 @@ def plot_speed(records: Sequence[dict[str, Any]], path: str | pathlib.Path,
                   transform=ax_t.transAxes)
         if ax_m.get_legend_handles_labels()[0]:
             ax_m.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path, title)
 
 
 def error_table(rows: Sequence[dict[str, Any]], title: str = "bench error") -> Table:
