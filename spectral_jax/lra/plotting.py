@@ -90,10 +90,11 @@ def log_length_axes(axes: list[tuple[Any, str]], xlabel: str = "sequence length 
         ax.grid(True, which="both", alpha=0.3)
 
 
-def save_figure(fig: Any, path: pathlib.Path, title: str) -> pathlib.Path:
-    """Titles, lays out and writes ``fig`` to ``path`` (120 dpi), creating its folder."""
+def save_figure(fig: Any, path: pathlib.Path, title: str, bottom: float = 0.0) -> pathlib.Path:
+    """Titles, lays out and writes ``fig`` to ``path`` (120 dpi), creating its folder;
+    ``bottom``: the fraction of the height left free below the panels (a figure legend)."""
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     return path

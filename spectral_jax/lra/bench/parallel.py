@@ -174,25 +174,25 @@ def markdown(result: dict[str, list[dict[str, Any]]], *, title: str, command: st
 
 def plot_parallel(result: dict[str, list[dict[str, Any]]], path: str | pathlib.Path,
                   title: str = "") -> pathlib.Path | None:
-    """Per-device peak memory against n, one device (dashed) and the mesh (solid), and the
-    bytes moved per call. Returns the path written, or None when matplotlib is missing."""
+    """Per-device peak memory on the mesh as a fraction of one device's, and the bytes moved
+    per call, against n, one line per method. Returns the path written, or None when
+    matplotlib is missing."""
     path = pathlib.Path(path)
-    panels = side_by_side(path)
+    panels = side_by_side(path, figsize=(12, 5.6))
     if panels is None:
         return None
     fig, ax_m, ax_c = panels
-    records = result["records"]
-    for method, style in method_styles([r["method"] for r in records]).items():
-        for devices, line in ((1, "--"), (max(r["devices"] for r in records), "-")):
-            pts = sorted((r["length"], r) for r in records
-                         if r["method"] == method and r["devices"] == devices)
-            label = f"{method}, {devices} device{'s' if devices > 1 else ''}"
-            ax_m.plot([n for n, _ in pts], [r["peak_bytes"] / 2**20 for _, r in pts],
-                      label=label, **{**style, "linestyle": line})
-            if devices > 1:
-                ax_c.plot([n for n, _ in pts], [max(r["collective_bytes"], 1) for _, r in pts],
-                          label=method, **style)
-    log_length_axes([(ax_m, "peak memory per device (MiB)"),
+    mesh = [r for r in result["records"] if r["devices"] > 1]
+    for method, style in method_styles([r["method"] for r in mesh]).items():
+        pts = sorted((r["length"], r) for r in mesh if r["method"] == method)
+        ax_m.plot([n for n, _ in pts], [r["memory_ratio"] for _, r in pts], label=method,
+                  **style)
+        ax_c.plot([n for n, _ in pts], [max(r["collective_bytes"], 1) for _, r in pts],
+                  **style)
+    devices = mesh[0]["devices"] if mesh else 0
+    log_length_axes([(ax_m, f"peak per device, {devices} devices / 1 device"),
                      (ax_c, "collective bytes per call")])
-    ax_m.legend(fontsize=7)
-    return save_figure(fig, path, title)
+    ax_m.set_yscale("linear")
+    ax_m.axhline(1 / devices if devices else 0, color="grey", linewidth=0.8, linestyle=":")
+    fig.legend(loc="lower center", ncol=8, fontsize=7, frameon=False)
+    return save_figure(fig, path, title, bottom=0.12)
