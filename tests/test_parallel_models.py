@@ -13,6 +13,7 @@ import pytest
 from flax import nnx
 from jax.sharding import AxisType
 
+from spectral_jax import UsageError
 from spectral_jax.nn import DualEncoderClassifier, SequenceClassifier, TransformerConfig
 from spectral_jax.parallel import split_sequence
 
@@ -49,6 +50,13 @@ def _loss_and_grads(model, ids, mask, labels, split):
             return jax.value_and_grad(loss)(params)
 
     return jax.jit(run)(params)
+
+
+def test_split_sequence_needs_automatic_axes():
+    mesh = jax.make_mesh((2, 4), ("data", "seq"))  # Explicit axes by default
+    with pytest.raises(UsageError, match=r"AxisType.Auto.*got axis types \('Explicit', "):
+        with split_sequence(mesh, batch_axis="data"):
+            pass
 
 
 @pytest.mark.parametrize(("model_class", "attention", "fields"), [

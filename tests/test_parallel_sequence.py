@@ -236,6 +236,10 @@ def test_bad_input_names_the_problem():
         jax.jit(sequence_parallel("nystrom", mesh=mesh, is_causal=True))(x, x, x)
     with pytest.raises(UsageError, match="q_len=16, kv_len=32"):
         sequence_parallel("linear", mesh=mesh, is_causal=True)(x[:, :16], x, x)
+    with pytest.raises(UsageError, match=r"multiple of the window \(at least the window\)"):
+        jax.jit(sequence_parallel("local", mesh=mesh, window=24))(x, x, x)  # 8-token shards
+    with pytest.raises(UsageTypeError, match="is_causal"):
+        jax.jit(sequence_parallel("softmax", mesh=mesh))(x, x, x, is_causal=True)
     with pytest.raises(UnsupportedError, match="pinv_init='global'"):
         sequence_parallel("nystrom", mesh=jax.make_mesh((2, 4), ("data", "seq")),
                           batch_axis="data", pinv_init="global")(x, x, x)

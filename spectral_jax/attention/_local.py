@@ -168,10 +168,11 @@ def local_attention(
             f"q_len={query.shape[-3]} and kv_len={key.shape[-3]}."
         )
     if _seq.active() is not None and (query.shape[-3] != key.shape[-3]
-                                      or query.shape[-3] % min(window, query.shape[-3])):
+                                      or query.shape[-3] % window):
         raise UsageError(
             f"{method}(): on a split sequence each shard exchanges a halo of `window` tokens "
-            f"with its neighbours, so the shard length must be a multiple of the window and "
+            f"with its neighbours, so the shard length must be a multiple of the window (at "
+            f"least the window) and "
             f"q_len == kv_len; got window={window}, shard lengths {query.shape[-3]} "
             f"(queries) and {key.shape[-3]} (keys).")
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,

@@ -11,7 +11,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spectral_jax import UnsupportedError, UsageError, UsageTypeError
+from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
 from spectral_jax.attention import _common, _seq
 from spectral_jax.attention._padding import landmark_query_valid, padding_from_mask
 from spectral_jax.attention._registry import ATTENTIONS, get_attention_spec
@@ -37,7 +37,10 @@ def sequence_parallel(
 
     Masks must be padding masks (or lengths); they are reduced to per-token validity on the
     global arrays before the split, so padding may cross shard boundaries and an example's
-    valid tokens may all sit on one shard.
+    valid tokens may all sit on one shard. A concrete mask that is not a padding mask
+    raises; a traced one (under ``jax.jit``) cannot be checked there and makes that
+    example's outputs NaN, as for the approximate methods on one device: pass
+    ``is_causal=True`` rather than a causal mask, for softmax too.
 
     Args:
       method: a registered method name (``spectral_jax.attention.available_attentions()``).
@@ -117,8 +120,11 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
             raise UsageError(
                 f"{name}: the {arg} length {x.shape[-3]} is not divisible by the {shards} "
                 f"devices of mesh axis {axis_name!r}; pad the sequence to a multiple of "
-                f"{shards} (and mark the padding with a mask or lengths).")
-    if kwargs.get("is_causal") and query.shape[-3] != key.shape[-3]:
+                f"{shards} (and mark the padding with a mask or lengths). In a model, the "
+                f"length counts any token the model adds, such as the CLS token of "
+                f"pooling='cls'.")
+    if _checks.boolean(name, "is_causal", kwargs.get("is_causal", False)) and (
+            query.shape[-3] != key.shape[-3]):
         raise UsageError(
             f"{name}: is_causal=True on a split sequence needs q_len == kv_len (each shard's "
             f"queries against the keys at the same positions); got q_len={query.shape[-3]}, "

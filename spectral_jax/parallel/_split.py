@@ -7,7 +7,7 @@ import contextvars
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from jax.sharding import Mesh
+from jax.sharding import AxisType, Mesh
 
 from spectral_jax import UsageError, UsageTypeError
 from spectral_jax.attention._registry import get_attention_spec
@@ -40,12 +40,17 @@ def split_sequence(mesh: Mesh, *, axis_name: str = "seq",
     function's body (or around the first call of a jitted one).
 
     Args:
-      mesh: a ``jax.sharding.Mesh`` with an axis ``axis_name``.
+      mesh: a ``jax.sharding.Mesh`` with an axis ``axis_name``, its axes ``AxisType.Auto``
+        (as the trainer's mesh), so that XLA partitions the layers around attention (with
+        ``Explicit`` axes every layer would need its own sharding annotations). The
+        model's sequence, with any token it adds (the CLS token of ``pooling="cls"``), must
+        be a multiple of the axis size.
       axis_name: the mesh axis the sequence is split over.
       batch_axis: a mesh axis the batch is split over at the same time, or None.
 
     Raises:
-      spectral_jax.UsageError: a mesh without the axes (the message names those it has).
+      spectral_jax.UsageError: a mesh without the axes (the message names those it has), or
+        with Explicit axes.
       spectral_jax.UsageTypeError: ``mesh`` not a ``jax.sharding.Mesh``.
 
     Example:
@@ -55,7 +60,8 @@ def split_sequence(mesh: Mesh, *, axis_name: str = "seq",
       >>> from spectral_jax.parallel import split_sequence
       >>> layer = MultiHeadAttention(2, 8, attention="linear", rngs=nnx.Rngs(0))
       >>> x = jax.random.normal(jax.random.key(1), (2, 64, 8))
-      >>> mesh = jax.make_mesh((4,), ("seq",), devices=jax.devices()[:4])
+      >>> mesh = jax.make_mesh((4,), ("seq",), devices=jax.devices()[:4],
+      ...                      axis_types=(jax.sharding.AxisType.Auto,))
       >>> def apply(x):
       ...     with split_sequence(mesh):
       ...         return layer(x)
@@ -69,6 +75,12 @@ def split_sequence(mesh: Mesh, *, axis_name: str = "seq",
         if axis is not None and axis not in mesh.axis_names:
             raise UsageError(f"split_sequence(): `{name}`={axis!r} is not an axis of the "
                              f"mesh; its axes are {tuple(mesh.axis_names)}.")
+    if any(t == AxisType.Explicit for t in mesh.axis_types):
+        raise UsageError(
+            f"split_sequence(): the mesh's axes must be AxisType.Auto, so that XLA "
+            f"partitions the layers around attention; got axis types "
+            f"{tuple(t.name for t in mesh.axis_types)} (jax.make_mesh's default is Explicit: "
+            f"pass axis_types=(jax.sharding.AxisType.Auto,) * {len(mesh.axis_names)}).")
     token = _ACTIVE.set(_Split(mesh, axis_name, batch_axis))
     try:
         yield
