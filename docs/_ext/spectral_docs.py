@@ -1,9 +1,10 @@
 """Sphinx directives that build the site's method tables and API lists from the code.
 
 ``method-table`` and ``shard-table`` render rows of the attention registry
-(``spectral_jax.attention.ATTENTIONS``) and ``public-api`` documents the names in a module's ``__all__``, so neither list is written
-by hand and neither can fall behind the code. ``FAMILIES`` groups the registered methods into
-the site's method pages; ``tests/test_docs_site.py`` checks that it covers the registry.
+(``spectral_jax.attention.ATTENTIONS``) and ``public-api`` documents the names in a module's
+``__all__``, so no list is written by hand and none can fall behind the code. ``FAMILIES``
+groups the registered methods into the site's method pages; ``tests/test_docs_site.py``
+checks that it covers the registry.
 """
 
 from __future__ import annotations
