@@ -159,6 +159,14 @@ def from_next(x: Any) -> Any:
     return jax.lax.ppermute(x, shard.axis_name, ring)
 
 
+def _held(index: Array, local_length: int) -> tuple[Array, Array]:
+    """Global positions ``index`` as positions in this shard (clipped into it), and which
+    of them this shard holds."""
+    local = index - offset(local_length)
+    held = (local >= 0) & (local < local_length)
+    return jnp.clip(local, 0, local_length - 1), held
+
+
 def take(x: Array, index: Array, axis: int = 0) -> Array:
     """``x``'s entries at global positions ``index`` along the sharded ``axis``, on every shard.
 
@@ -169,10 +177,8 @@ def take(x: Array, index: Array, axis: int = 0) -> Array:
     """
     if active() is None:
         return x[(slice(None),) * (axis % x.ndim) + (index,)]
-    n = x.shape[axis]
-    local = index - offset(n)
-    held = (local >= 0) & (local < n)
-    picked = jnp.take(x, jnp.clip(local, 0, n - 1), axis=axis)
+    local, held = _held(index, x.shape[axis])
+    picked = jnp.take(x, local, axis=axis)
     held = held.reshape(held.shape + (1,) * (x.ndim - 1 - axis % x.ndim))
     if picked.dtype == jnp.bool_:
         return total(jnp.where(held, picked, False).astype(jnp.int32)) > 0
@@ -197,10 +203,8 @@ def take_entries(x: Array, index: Array) -> Array:
     rows = jnp.arange(index.shape[0])
     if active() is None:
         return x[rows, index]
-    n = x.shape[-1]
-    local = index - offset(n)
-    held = (local >= 0) & (local < n)
-    return total(jnp.where(held, x[rows, jnp.clip(local, 0, n - 1)], 0.0))
+    local, held = _held(index, x.shape[-1])
+    return total(jnp.where(held, x[rows, local], 0.0))
 
 
 def softmax(logits: Array, valid: Array, axis: int = -1) -> Array:
@@ -249,6 +253,6 @@ def local_index(index: Array, local_length: int) -> Array:
     which each shard writes back only its own rows. ``index`` itself on one device."""
     if active() is None:
         return index
-    local = index - offset(local_length)
-    return jnp.where((local >= 0) & (local < local_length), local, local_length)
+    local, held = _held(index, local_length)
+    return jnp.where(held, local, local_length)
 

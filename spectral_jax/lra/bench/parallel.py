@@ -77,12 +77,13 @@ def measure(method: str, length: int, devices: int, **settings: Any) -> dict[str
 
 
 def max_length(method: str, devices: int, *, start: int, limit: int, memory_budget_bytes: int,
-               **settings: Any) -> int | None:
+               known: dict[int, int] | None = None, **settings: Any) -> int | None:
     """The largest ``start · 2^k ≤ limit`` whose per-device peak fits the budget (None if
-    not even ``start`` fits)."""
-    best, n = None, start
+    not even ``start`` fits); ``known``: peaks already measured, by length."""
+    best, n, known = None, start, known or {}
     while n <= limit:
-        if measure(method, n, devices, **settings)["peak_bytes"] > memory_budget_bytes:
+        peak = known.get(n) or measure(method, n, devices, **settings)["peak_bytes"]
+        if peak > memory_budget_bytes:
             break
         best, n = n, 2 * n
     return best
@@ -122,7 +123,10 @@ def run_parallel(methods: Sequence[str] | None, *, lengths: Sequence[int], devic
                      f"MiB  {devices} devices {many['peak_bytes'] / 2**20:9.1f} MiB each "
                      f"({many['memory_ratio']:.3f})  {many['collective_bytes']:9d} B moved")
         fits = {p: max_length(method, p, start=min(lengths), limit=max_length_limit,
-                              memory_budget_bytes=memory_budget_bytes, **settings)
+                              memory_budget_bytes=memory_budget_bytes,
+                              known={r["length"]: r["peak_bytes"] for r in records
+                                     if r["method"] == method and r["devices"] == p},
+                              **settings)
                 for p in (1, devices)}
         longest.append({"method": method, "devices": devices, "max_length_1": fits[1],
                         "max_length_p": fits[devices],
