@@ -5,7 +5,11 @@ temporary folder by an untraced warm-up run in a subprocess, so the trace holds 
 not data generation) under ``sys.setprofile``, from the CLI's ``main`` until the first line
 of ``metrics.jsonl`` is written, and prints the number of distinct files in which a function
 (not module or class bodies run on import) executed, grouped by package, plus the repository's
-config files.
+config files. It also prints the step's call chain: the spectral_jax files on the call stack,
+outermost first, when the training step (``train/steps.py``) first calls an attention
+function of ``spectral_jax/attention/`` (a ``*_attention`` function such as
+``spectral_shift_attention``), i.e. the files a reader follows from the CLI to the attention
+call.
 
 Usage::
 
@@ -41,8 +45,27 @@ def _arguments(root: str, data_dir: str, workdir: str, steps: int) -> list[str]:
     ]
 
 
-def trace(list_files: bool = False) -> dict[str, set[str]]:
-    """Runs the traced step; returns ``{package: {file, ...}}`` of files where a function ran."""
+def _chain(frame, root: str) -> list[str]:
+    """The distinct repository files on ``frame``'s stack, outermost first."""
+    stack = []
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith(root + os.sep) and "site-packages" not in path:
+            stack.append(os.path.relpath(path, root))
+        frame = frame.f_back
+    chain: list[str] = []
+    for path in reversed(stack):
+        if path not in chain:
+            chain.append(path)
+    return chain
+
+
+def trace() -> tuple[dict[str, set[str]], list[str]]:
+    """Runs the traced step; returns ``({package: {file, ...}}, call chain)``.
+
+    The first holds the files where a function ran, the second the files on the stack at the
+    step's first call of a ``*_attention`` function in ``spectral_jax/attention/``.
+    """
     import spectral_jax
 
     # The checkout that holds the imported package: its configs are the ones traced.
@@ -60,7 +83,10 @@ def trace(list_files: bool = False) -> dict[str, set[str]]:
     workdir = os.path.join(tmp, "run")
     metrics = os.path.join(workdir, "metrics.jsonl")
     files: set[str] = set()
+    chain: list[str] = []
     done = threading.Event()
+    attention_dir = os.path.join(package_root, "attention") + os.sep
+    steps_file = os.path.join(package_root, "lra", "train", "steps.py")
 
     def profile(frame, event, arg):
         if done.is_set() or event not in ("call", "return"):
@@ -72,6 +98,14 @@ def trace(list_files: bool = False) -> dict[str, set[str]]:
         # CO_OPTIMIZED marks a function's code; module and class bodies run on import.
         if event == "call" and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
             files.add(path)
+            if (not chain and path.startswith(attention_dir)
+                    and frame.f_code.co_name.endswith("_attention")):
+                outer, in_step = frame.f_back, False
+                while outer is not None and not in_step:
+                    in_step = outer.f_code.co_filename == steps_file
+                    outer = outer.f_back
+                if in_step:
+                    chain.extend(_chain(frame, root))
         elif event == "return" and os.path.exists(metrics) and os.path.getsize(metrics):
             done.set()
             sys.setprofile(None)
@@ -98,14 +132,14 @@ def trace(list_files: bool = False) -> dict[str, set[str]]:
             groups[os.path.dirname(relative).replace(os.sep, ".")].add(relative)
         else:
             groups["(repository, outside the package)"].add(relative)
-    return groups
+    return groups, chain
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="also list the files")
     args = parser.parse_args()
-    groups = trace()
+    groups, chain = trace()
     in_package = sum(len(v) for k, v in groups.items() if not k.startswith("("))
     print(f"spectral_jax files in which a function ran: {in_package}")
     for name in sorted(groups):
@@ -113,6 +147,9 @@ def main() -> None:
         if args.list:
             for path in sorted(groups[name]):
                 print(f"      {path}")
+    print(f"files on the call chain from the CLI to the step's attention call: {len(chain)}")
+    for path in chain:
+        print(f"  {path}")
 
 
 if __name__ == "__main__":
