@@ -42,13 +42,15 @@ from __future__ import annotations
 import math
 import numbers
 import sys
+import threading
+import zlib
 from typing import Any
 
 import numpy as np
 
 __all__ = ["NumberKindError", "UnknownNameError", "UnsupportedError", "UsageError",
-           "UsageTypeError", "boolean", "choice", "message", "nonnegative_int", "number",
-           "positive_int", "reject_traced"]
+           "UsageTypeError", "boolean", "choice", "device_check", "message", "nonnegative_int",
+           "number", "positive_int", "reject_traced"]
 
 
 class UsageError(ValueError):
@@ -292,3 +294,53 @@ def boolean(owner: str, name: str, value: Any) -> bool:
 # Tracebacks and doctests name them where users import them: ``spectral_jax.UsageError``.
 for _cls in (UsageError, UsageTypeError, UnknownNameError, UnsupportedError, NumberKindError):
     _cls.__module__ = "spectral_jax"
+
+
+_CODE_LOCK = threading.Lock()
+
+
+def device_check(pred: Any, message: str, *fmt_args: Any) -> None:
+    """``jax.experimental.checkify.debug_check`` with an error code fixed by ``message``.
+
+    For a verdict that only exists on the device (a traced mask, traced token ids): without
+    ``checkify`` the check adds nothing to what runs; under ``checkify.checkify`` it raises
+    ``message`` (formatted with ``fmt_args``, traced scalars) as ``debug_check`` does.
+
+    ``debug_check`` numbers each check from a process-wide counter while tracing and writes the
+    number into the lowered program, with or without ``checkify``. Two traces of the same model
+    then lower to different programs, and every retrace (a second run in one process, a
+    notebook cell run again, a resumed job whose tracing order differs) misses JAX's
+    persistent compilation cache and compiles from scratch. Here the number is a checksum of
+    the message, so the program depends on the model alone. Distinct messages get distinct
+    numbers; checks sharing a message report the same text. Where this JAX has no counter to
+    fix, it falls back to plain ``debug_check``.
+
+    Args:
+        pred: scalar bool, traced or not: ``True`` means the input is valid.
+        message: the error, with ``{}`` fields for ``fmt_args``.
+        *fmt_args: arrays (usually traced scalars) formatted into the message.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jax.experimental import checkify
+        >>> def f(x):
+        ...     device_check(jnp.all(x > 0), "`x` must be positive; min {}", jnp.min(x))
+        ...     return x
+        >>> err, _ = jax.jit(checkify.checkify(f))(jnp.array([1.0, -2.0]))
+        >>> err.get()
+        '`x` must be positive; min -2.0 (`check` failed)'
+    """
+    from jax._src import checkify as impl  # the counter lives in the implementation module
+    from jax.experimental import checkify
+
+    if not callable(getattr(impl, "next_code", None)):
+        checkify.debug_check(pred, message, *fmt_args)
+        return
+    code = zlib.crc32(message.encode()) % (2**31 - 2) + 1  # an int32 > 0, as the counter's
+    with _CODE_LOCK:
+        counter = impl.next_code
+        impl.next_code = lambda: code
+        try:
+            checkify.debug_check(pred, message, *fmt_args)
+        finally:
+            impl.next_code = counter

@@ -195,6 +195,21 @@ def test_one_compile_per_shape(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_two_traces_lower_to_the_same_program(name):
+    # JAX's persistent compilation cache is keyed by the lowered program: a retrace (a second
+    # model in one process, a notebook cell run again, a resumed job) reuses the compiled
+    # program only if nothing in it depends on the process's tracing history. The padding mask
+    # brings in the traced mask check (`_checks.device_check`).
+    q, k, v = qkv(5, (B, N, H, D))
+    mask = padding_mask(jnp.arange(N)[None, :] < jnp.array([[N], [40]]))
+    kw = method_kwargs(name, n=N, head_dim=D)
+    fn = get_attention(name)
+    texts = [jax.jit(lambda q, k, v, m: fn(q, k, v, mask=m, **kw)).lower(q, k, v, mask).as_text()
+             for _ in range(2)]
+    assert texts[0] == texts[1]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_bf16_in_bf16_out_close_to_float32(name):
     q, k, v = qkv(6, (1, N, H, D))
     out16 = _jcall(name, *(x.astype(jnp.bfloat16) for x in (q, k, v)))

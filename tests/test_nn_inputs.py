@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import chex
+import jax
 import jax.numpy as jnp
 import pytest
 from flax import nnx
@@ -74,6 +75,17 @@ def test_traced_out_of_vocabulary_ids_give_nan_and_fail_under_checkify(bad_id):
     with pytest.raises(checkify.JaxRuntimeError, match=_oov_message(low, high)):
         error.throw()
     assert bool(jnp.isnan(out[1]).all()) and bool(jnp.isfinite(out[0]).all())
+
+
+def test_the_traced_id_check_keeps_the_program_a_function_of_the_model():
+    # Two models built alike, traced one after the other, lower to one program, so the second
+    # loads the first's compiled program from JAX's persistent cache.
+    def lowered():
+        graphdef, state = nnx.split(SequenceClassifier(_config(), rngs=nnx.Rngs(0)))
+        return jax.jit(lambda s, t: nnx.merge(graphdef, s)(t)).lower(state, GOOD).as_text()
+
+    first, second = lowered(), lowered()
+    assert first == second
 
 
 @pytest.mark.parametrize("symmetric", [False, True])

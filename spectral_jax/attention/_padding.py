@@ -13,9 +13,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import checkify
 
-from spectral_jax import UsageError, UsageTypeError
+from spectral_jax import UsageError, UsageTypeError, _checks
 
 Array = jax.Array
 
@@ -86,7 +85,7 @@ def padding_from_mask(
         # error would cost a host sync per call, so the verdict stays on the device: NaN
         # outputs (see lift) and a checkify check.
         mask_ok = jnp.broadcast_to(mask_ok, batch_shape).reshape(b)
-        checkify.debug_check(jnp.all(mask_ok), _NOT_PADDING.format(method=method))
+        _checks.device_check(jnp.all(mask_ok), _NOT_PADDING.format(method=method))
     query_valid = jnp.broadcast_to(q_any[..., 0], full[:-1]).reshape(b, heads, q_len)
     key_valid = jnp.broadcast_to(k_any[..., 0, :], full[:-2] + full[-1:]).reshape(
         b, heads, kv_len)

@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.experimental import checkify
 
 from spectral_jax import UsageError, UsageTypeError, _checks
 from spectral_jax.nn._config import POSITIONALS
@@ -170,7 +169,7 @@ class TokenEmbedding(nnx.Module):
             return inputs
         if isinstance(inputs, jax.core.Tracer):
             low, high = jnp.min(inputs), jnp.max(inputs)
-            checkify.debug_check((low >= 0) & (high < vocab), message, low, high)
+            _checks.device_check((low >= 0) & (high < vocab), message, low, high)
         else:
             ids = np.asarray(inputs)
             low, high = int(ids.min()), int(ids.max())
