@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from spectral_jax.attention import available_attentions
@@ -14,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_gpu_check_smoke_writes_every_part(tmp_path):
     out = tmp_path / "gpu"
+    # The script runs $PYTHON (default: `python` on PATH); this interpreter has the harness.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
-           "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+           "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", "PYTHON": sys.executable}
     done = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_check.sh"), str(out), "--smoke"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
