@@ -1,0 +1,112 @@
+"""XLA:CPU compile time of each method's pullback with the fusion emitters on and off.
+
+The test suite compiles thousands of small programs whose run time is negligible, so its wall
+time is mostly XLA:CPU compiling. ``tests/conftest.py`` sets
+``--xla_cpu_use_fusion_emitters=false`` for the whole suite; this script measures what that
+buys, per method, in one run, counting compile plus the first call (XLA:CPU finishes some
+kernels on first execution): each (method, setting) pair compiles in a fresh subprocess (no
+compilation cache, ``jax_disable_most_optimizations`` as in the tests), the settings
+interleaved method by method so that load drifts hit both alike.
+
+The program is the one the property tests compile most: ``jax.vjp`` of the method at
+``(2, 64, 2, 8)`` with a key padding mask, at its config defaults.
+
+Usage::
+
+    python benchmarks/cpu_compile_emitters.py [--repeats 2] [--out benchmarks/cpu_compile_emitters]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+SETTINGS = {"fusion emitters (default)": "",
+            "classic emitters": "--xla_cpu_use_fusion_emitters=false"}
+
+CHILD = r"""
+import json, sys, time
+import jax, jax.numpy as jnp
+jax.config.update("jax_disable_most_optimizations", True)
+jax.config.update("jax_enable_compilation_cache", False)
+from spectral_jax.lra.bench import methods as methods_lib
+from spectral_jax.lra.train import config_lib
+name = sys.argv[1]
+B, N, H, D = 2, 64, 2, 8
+keys = jax.random.split(jax.random.key(0), 4)
+q, k, v, cot = (jax.random.normal(keys[i], (B, N, H, D)) for i in range(4))
+valid = jnp.arange(N)[None, :] < jnp.array([[N], [N - 21]])
+mask = valid[:, None, :, None] & valid[:, None, None, :]
+kwargs = config_lib.attention_kwargs(name, max_length=N)
+param = methods_lib.BUDGET_PARAMS[name]
+budget = kwargs.pop(param) if param is not None else None
+if param is not None and budget is None:
+    budget = 16
+state = methods_lib.make_state(name, jax.random.key(42), budget=budget, length=N, head_dim=D)
+fn = methods_lib.bind(name, budget, **kwargs)
+def pullback(q, k, v, cot):
+    out, vjp = jax.vjp(lambda q, k, v: fn(q, k, v, state, mask=mask), q, k, v)
+    return out, vjp(cot)
+t0 = time.perf_counter(); lowered = jax.jit(pullback).lower(q, k, v, cot)
+t1 = time.perf_counter(); compiled = lowered.compile(); t2 = time.perf_counter()
+out, grads = jax.block_until_ready(compiled(q, k, v, cot))
+t3 = time.perf_counter()
+finite = bool(jnp.isfinite(out).all()) and all(bool(jnp.isfinite(g).all()) for g in grads)
+print(json.dumps({"lower_s": t1 - t0, "compile_s": t3 - t1, "finite": finite}))
+"""
+
+
+def _measure(name: str, flags: str) -> dict:
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", CHILD, name], env=env, check=True,
+                          capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--methods", nargs="*", default=None)
+    parser.add_argument("--out", default="benchmarks/cpu_compile_emitters")
+    args = parser.parse_args(argv)
+    from spectral_jax.attention import available_attentions
+
+    names = args.methods or list(available_attentions())
+    records = []
+    for name in names:
+        row = {"method": name}
+        for label, flags in SETTINGS.items():
+            runs = [_measure(name, flags) for _ in range(args.repeats)]
+            row[label] = min(r["compile_s"] for r in runs)
+            row[f"{label} finite"] = all(r["finite"] for r in runs)
+        row["ratio"] = row["fusion emitters (default)"] / row["classic emitters"]
+        records.append(row)
+        print(f"{name:20s} {row['fusion emitters (default)']:6.2f} s  "
+              f"{row['classic emitters']:6.2f} s  x{row['ratio']:.2f}", flush=True)
+    total = {label: sum(r[label] for r in records) for label in SETTINGS}
+    lines = ["| method | fusion emitters: compile + first call (s) | classic emitters (s) "
+             "| ratio |",
+             "|---|---:|---:|---:|"]
+    lines += [f"| {r['method']} | {r['fusion emitters (default)']:.2f} | "
+              f"{r['classic emitters']:.2f} | {r['ratio']:.2f} |" for r in records]
+    a, b = total.values()
+    lines.append(f"| **all** | {a:.2f} | {b:.2f} | {a / b:.2f} |")
+    lines.append(f"\nMedian ratio {statistics.median(r['ratio'] for r in records):.2f}; "
+                 f"minimum of {args.repeats} compiles per cell, load average "
+                 f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end.")
+    text = "\n".join(lines)
+    print(text)
+    with open(f"{args.out}.json", "w") as f:
+        json.dump({"settings": SETTINGS, "repeats": args.repeats, "records": records}, f, indent=1)
+    with open(f"{args.out}.md", "w") as f:
+        f.write(f"# {__doc__.splitlines()[0]}\n\nCommand: "
+                f"`python benchmarks/cpu_compile_emitters.py --repeats {args.repeats}`\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
