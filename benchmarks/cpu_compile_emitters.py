@@ -9,7 +9,8 @@ compilation cache, ``jax_disable_most_optimizations`` as in the tests), the sett
 interleaved method by method so that load drifts hit both alike.
 
 The program is the one the property tests compile most: ``jax.vjp`` of the method at
-``(2, 64, 2, 8)`` with a key padding mask, at its config defaults.
+``(2, 64, 2, 8)`` with a key padding mask, at its config defaults
+(``registry_snapshot.bound_method``).
 
 Usage::
 
@@ -33,21 +34,11 @@ import json, sys, time
 import jax, jax.numpy as jnp
 jax.config.update("jax_disable_most_optimizations", True)
 jax.config.update("jax_enable_compilation_cache", False)
-from spectral_jax.lra.bench import methods as methods_lib
-from spectral_jax.lra.train import config_lib
+sys.path.insert(0, sys.argv[2])
+from registry_snapshot import D, N, bound_method, inputs
 name = sys.argv[1]
-B, N, H, D = 2, 64, 2, 8
-keys = jax.random.split(jax.random.key(0), 4)
-q, k, v, cot = (jax.random.normal(keys[i], (B, N, H, D)) for i in range(4))
-valid = jnp.arange(N)[None, :] < jnp.array([[N], [N - 21]])
-mask = valid[:, None, :, None] & valid[:, None, None, :]
-kwargs = config_lib.attention_kwargs(name, max_length=N)
-param = methods_lib.BUDGET_PARAMS[name]
-budget = kwargs.pop(param) if param is not None else None
-if param is not None and budget is None:
-    budget = 16
-state = methods_lib.make_state(name, jax.random.key(42), budget=budget, length=N, head_dim=D)
-fn = methods_lib.bind(name, budget, **kwargs)
+q, k, v, cot, _, mask = inputs()
+fn, state = bound_method(name, length=N, head_dim=D)
 def pullback(q, k, v, cot):
     out, vjp = jax.vjp(lambda q, k, v: fn(q, k, v, state, mask=mask), q, k, v)
     return out, vjp(cot)
@@ -62,7 +53,8 @@ print(json.dumps({"lower_s": t1 - t0, "compile_s": t3 - t1, "finite": finite}))
 
 def _measure(name: str, flags: str) -> dict:
     env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, "-c", CHILD, name], env=env, check=True,
+    here = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-c", CHILD, name, here], env=env, check=True,
                           capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

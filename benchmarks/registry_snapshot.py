@@ -36,7 +36,7 @@ E = H * D
 MODULE_OPTIONS = ({}, {"conv_kernel_size": 3}, {"sharing": "key_value"}, {"sharing": "layerwise"})
 
 
-def _inputs():
+def inputs():
     k = jax.random.split(jax.random.key(0), 5)
     q, key, v = (jax.random.normal(k[i], (B, N, H, D)) for i in range(3))
     weights = jax.random.normal(k[3], (B, N, H, D))
@@ -45,15 +45,21 @@ def _inputs():
     return q, key, v, weights, valid, mask
 
 
-def _function_records(name: str) -> dict[str, np.ndarray]:
-    q, k, v, weights, _, mask = _inputs()
-    kwargs = config_lib.attention_kwargs(name, max_length=N)
+def bound_method(name: str, length: int = N, head_dim: int = D):
+    """name's pure function at its config defaults (budget capped at length), and its state."""
+    kwargs = config_lib.attention_kwargs(name, max_length=length)
     param = methods_lib.BUDGET_PARAMS[name]
     budget = kwargs.pop(param) if param is not None else None
     if param is not None and budget is None:
         budget = 16
-    state = methods_lib.make_state(name, jax.random.key(42), budget=budget, length=N, head_dim=D)
-    fn = methods_lib.bind(name, budget, **kwargs)
+    state = methods_lib.make_state(name, jax.random.key(42), budget=budget, length=length,
+                                   head_dim=head_dim)
+    return methods_lib.bind(name, budget, **kwargs), state
+
+
+def _function_records(name: str) -> dict[str, np.ndarray]:
+    q, k, v, weights, _, mask = inputs()
+    fn, state = bound_method(name)
     out = {}
     for tag, m in (("nomask", None), ("mask", mask)):
         def loss(q, k, v, m=m):
@@ -69,7 +75,7 @@ def _function_records(name: str) -> dict[str, np.ndarray]:
 
 def _module_records(name: str) -> dict[str, np.ndarray]:
     x = jax.random.normal(jax.random.key(1), (B, N, E))
-    _, _, _, _, valid, mask = _inputs()
+    _, _, _, _, valid, mask = inputs()
     defaults = config_lib.attention_kwargs(name, max_length=N)
     out = {}
     for i, options in enumerate(MODULE_OPTIONS):
