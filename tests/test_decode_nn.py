@@ -29,6 +29,11 @@ def _step(layer, x, valid):
     return layer(x, decode=True, valid=valid)
 
 
+@nnx.jit
+def _full(layer, x):  # the causal layer on a whole sequence, one program per shape
+    return layer(x)
+
+
 def _x(seed: int = 0, n: int = N) -> jax.Array:
     return jax.random.normal(jax.random.key(seed), (B, n, E))
 
@@ -44,7 +49,7 @@ def test_token_by_token_decode_equals_the_causal_layer(name):
     # memory_compressed (kernel 3): a length of whole strides, so the causal run's last
     # row sees no zero-padded tail slot (see its decode form).
     x = _x(n=9 if name == "memory_compressed" else N)
-    full = layer(x)
+    full = _full(layer, x)
     layer.init_cache(x.shape)
     ones = jnp.ones((B,), bool)
     steps = [_step(layer, x[:, t:t + 1], ones) for t in range(x.shape[1])]
@@ -61,12 +66,12 @@ def test_left_padded_prompts_decode_each_example_from_its_own_start(name):
     valid = jnp.arange(N)[None, :] >= jnp.asarray(pad)[:, None]
     layer.init_cache((B, N, E))
     # The padded prompt in one call (fed token by token inside), then single steps.
-    prompt = layer(x[:, :6], decode=True, valid=valid[:, :6])
+    prompt = _step(layer, x[:, :6], valid[:, :6])
     steps = [_step(layer, x[:, t:t + 1], valid[:, t]) for t in range(6, N)]
     decoded = jnp.concatenate([prompt, *steps], axis=1)
     np.testing.assert_array_equal(layer.decode_state.get_value().position, N - pad)
     for b in range(B):
-        alone = layer(x[b:b + 1, pad[b]:])[0]  # its own tokens, positions from 0
+        alone = _full(layer, x[b:b + 1, pad[b]:])[0]  # its own tokens, positions from 0
         _close(decoded[b, pad[b]:], alone)
 
 

@@ -39,11 +39,13 @@ def _decode_vs_full(name: str, *, pass_causal: bool) -> tuple[jax.Array, jax.Arr
     x = jax.random.normal(jax.random.key(1), (B, N, E))
     module = nnx.MultiHeadAttention(H, E, qkv_features=E, attention_fn=_fn(name),
                                     decode=False, rngs=nnx.Rngs(0))
-    full = module(x, is_causal=True)
+    full = nnx.jit(lambda m, x: m(x, is_causal=True))(module, x)
     module.init_cache((B, N, E))
     # Flax passes its own is_causal (default False) to attention_fn, overriding the partial's.
     extra = {"is_causal": True} if pass_causal else {}
-    steps = [module(x[:, t:t + 1], decode=True, **extra) for t in range(N)]
+    # Jitted, as a generation loop runs it: one program for every step.
+    step = nnx.jit(lambda m, x: m(x, decode=True, **extra))
+    steps = [step(module, x[:, t:t + 1]) for t in range(N)]
     return jnp.concatenate(steps, axis=1), full
 
 

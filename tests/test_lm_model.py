@@ -40,7 +40,7 @@ def test_later_tokens_do_not_change_earlier_logits():
 def test_prefill_then_steps_equal_full_forward(attention):
     model = _model(attention, "sinusoidal" if attention == "linear" else "learned")
     tokens = jnp.array(np.random.default_rng(0).integers(1, 11, (2, 12)), jnp.int32)
-    full = model(tokens)
+    full = nnx.jit(lambda m, t: m(t))(model, tokens)
     model.init_cache((2, 12))
     step = nnx.jit(lambda m, t: m(t, decode=True))
     parts = [step(model, tokens[:, :5])]  # prefill of 5, then one token per call
@@ -53,10 +53,13 @@ def test_cached_greedy_generation_equals_argmax_of_full_reforward(attention):
     model = _model(attention)
     prompt = np.array([[3, 4, 5, 1, 2], [7, 7, 2, 9, 10]], np.int32)
     new = generate(model, prompt, 9)
-    seq = prompt
-    for _ in range(9):
-        nxt = np.asarray(jnp.argmax(model(jnp.asarray(seq))[:, -1], axis=-1), np.int32)
-        seq = np.concatenate([seq, nxt[:, None]], axis=1)
+    # The re-forward runs on a buffer of the final length: the model is causal, so the logits
+    # at position i see tokens 0..i only, and one compiled call serves every step.
+    forward = nnx.jit(lambda m, t: m(t))
+    seq = np.zeros((2, 14), np.int32)
+    seq[:, :5] = prompt
+    for i in range(5, 14):
+        seq[:, i] = np.asarray(jnp.argmax(forward(model, jnp.asarray(seq))[:, i - 1], axis=-1))
     np.testing.assert_array_equal(new, seq[:, 5:])
 
 

@@ -92,12 +92,17 @@ def test_pairwise_symmetric_reaches_every_method(name):
                                attention_kwargs={**_SMALL.get(name, {}), "symmetric": "pairwise"},
                                rngs=nnx.Rngs(0))
     x, _ = _inputs(5)
-    shared = layer.query(x)
-    q, k = layer.pairwise(shared, shared)
-    kwargs = dict(layer.attention_kwargs)
-    if spec.causal_only:
-        kwargs["is_causal"] = True
-    if layer.state is not None:
-        kwargs.update(layer.state(kv_len=L, deterministic=True, inputs=x))
-    expected = layer.out(spec.fn(q, k, layer.value(x), **kwargs))
-    chex.assert_trees_all_close(layer(x, deterministic=True), expected, atol=1e-5, rtol=1e-5)
+
+    @nnx.jit
+    def by_hand(layer, x):  # jitted, as the module's call below: one program each
+        shared = layer.query(x)
+        q, k = layer.pairwise(shared, shared)
+        kwargs = dict(layer.attention_kwargs)
+        if spec.causal_only:
+            kwargs["is_causal"] = True
+        if layer.state is not None:
+            kwargs.update(layer.state(kv_len=L, deterministic=True, inputs=x))
+        return layer.out(spec.fn(q, k, layer.value(x), **kwargs))
+
+    got = nnx.jit(lambda layer, x: layer(x, deterministic=True))(layer, x)
+    chex.assert_trees_all_close(got, by_hand(layer, x), atol=1e-5, rtol=1e-5)

@@ -122,18 +122,23 @@ def test_every_method_gets_rotated_query_and_key_through_the_module(name):
     kw = dict(attention=name, is_causal=spec.causal_only, attention_kwargs=_SMALL.get(name, {}))
     layer = MultiHeadAttention(H, E, rope=True, rngs=nnx.Rngs(0), **kw)
     x = jax.random.normal(jax.random.key(5), (B, L, E))
-    kwargs = dict(layer.attention_kwargs)
-    if spec.causal_only:
-        kwargs["is_causal"] = True
-    if layer.state is not None:
-        kwargs.update(layer.state(kv_len=L, deterministic=True, inputs=x))
-    q, k = apply_rope(layer.query(x)), apply_rope(layer.key(x))
-    expected = layer.out(spec.fn(q, k, layer.value(x), **kwargs))
-    got = layer(x, deterministic=True)
-    chex.assert_trees_all_close(got, expected, atol=1e-5, rtol=1e-5)
+
+    @nnx.jit
+    def by_hand(layer, x):  # jitted, as the module's calls below: one program each
+        kwargs = dict(layer.attention_kwargs)
+        if spec.causal_only:
+            kwargs["is_causal"] = True
+        if layer.state is not None:
+            kwargs.update(layer.state(kv_len=L, deterministic=True, inputs=x))
+        q, k = apply_rope(layer.query(x)), apply_rope(layer.key(x))
+        return layer.out(spec.fn(q, k, layer.value(x), **kwargs))
+
+    call = nnx.jit(lambda layer, x: layer(x, deterministic=True))
+    got = call(layer, x)
+    chex.assert_trees_all_close(got, by_hand(layer, x), atol=1e-5, rtol=1e-5)
     # The same weights without RoPE give another output: the rotation reached the method.
     plain = MultiHeadAttention(H, E, rngs=nnx.Rngs(0), **kw)
-    assert np.abs(np.asarray(plain(x, deterministic=True)) - np.asarray(got)).max() > 1e-4
+    assert np.abs(np.asarray(call(plain, x)) - np.asarray(got)).max() > 1e-4
 
 
 def _config(**kw):
