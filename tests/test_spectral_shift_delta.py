@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from attention_cases import jitted
 from jax.test_util import check_grads
 
 from spectral_jax import attention as sa
@@ -38,7 +39,10 @@ def _symmetric_tokens(num_segments=8, per_segment=6, outer=1.5, inner=1.2):
 
 
 def _delta(q, k, **kw):
-    return float(sa.spectral_shift_delta(q, k, scale=1.0, num_landmarks=8, **kw)[0, 0])
+    arrays = {name: x for name, x in kw.items() if isinstance(x, jax.Array)}
+    static = {name: x for name, x in kw.items() if name not in arrays}
+    fn = jitted(sa.spectral_shift_delta, scale=1.0, num_landmarks=8, **static)
+    return float(fn(q, k, **arrays)[0, 0])
 
 
 def test_sampled_forms_equal_exact_delta_when_both_diagonals_are_constant():
