@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import doctest
+import importlib.util
 import json
 from pathlib import Path
 
@@ -121,6 +122,19 @@ def test_readme_tables_come_from_the_committed_runs(folder, capsys):
                         "| train-step peak | parameters |")
     assert len(table) == 2 + 16
     assert "\n".join(table) in (ROOT / "benchmarks" / folder / "README.md").read_text()
+
+
+def test_spt_readme_table_comes_from_the_committed_runs(capsys):
+    path = ROOT / "benchmarks" / "lra_spt" / "table.py"
+    spec = importlib.util.spec_from_file_location("lra_spt_table", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(str(ROOT / "benchmarks" / "lra_spt" / "quick"))
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    # 4 methods x {scratch, SPT, RoPE, RoPE+SPT}, two seeds in every cell.
+    assert len(table) == 2 + 4 and table[2].startswith("| `softmax` |")
+    assert all(line.count("(") == 4 and "—" not in line for line in table[2:])
+    assert "\n".join(table) in (ROOT / "benchmarks" / "lra_spt" / "README.md").read_text()
 
 
 def test_readme_format_compares_each_row_with_its_own_baseline():

@@ -15,8 +15,11 @@ spectral-jax sweep --config lra/listops:quick,spt "${COMMON[@]}" "${SPT[@]}" \
 spectral-jax sweep --config lra/listops:quick "${COMMON[@]}" "${ROPE[@]}" --workdir "$DIR/rope"
 spectral-jax sweep --config lra/listops:quick,spt "${COMMON[@]}" "${SPT[@]}" "${ROPE[@]}" \
     --workdir "$DIR/rope_spt"
-# One table per variant (a row's label names the preset and the fields that differ from it).
+# One table per variant (a row's label names the preset and the fields that differ from it),
+# then every variant side by side, each seed's figure in brackets.
 for variant in scratch spt rope rope_spt; do
     echo "### $variant"
     spectral-jax table "$DIR/$variant" --format readme --json "$DIR/$variant/table.json"
 done
+echo "### all variants"
+python "$(dirname "$0")/table.py" "$DIR"
