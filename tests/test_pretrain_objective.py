@@ -3,6 +3,8 @@ next-token pairs of valid positions) and its config checks, which fail before an
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 from flax import nnx
 
 from spectral_jax import UsageError
-from spectral_jax.lra.train import pretrain
+from spectral_jax.lra.train import pretrain, pretrain_stage
 from spectral_jax.lra.train.config_lib import validate_config
 from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.nn import TransformerConfig
@@ -149,3 +151,13 @@ def test_spt_argument_and_defaults():
         validate_config(load_config(SPEC, ["train.pretrain_mask_rate=1.5"]))
     with pytest.raises(UsageError, match="pretrain_objective"):
         validate_config(load_config(SPEC, ["train.pretrain_objective=mlm"]))
+
+
+def test_the_stage_summary_records_a_mask_rate_for_denoising_only(tmp_path):
+    meta = {"val_loss": 2.0, "val_accuracy": 0.25, "best_val_accuracy": 0.25,
+            "wall_time_s": 1.0}
+    for spec, objective, rate in ((f"{SPEC},spt", "denoise", 0.5),
+                                  (f"{SPEC},spt,attention=gated_linear", "next_token", None)):
+        pretrain_stage._write_summary(str(tmp_path), load_config(spec, []), meta)
+        summary = json.loads((tmp_path / pretrain.SUMMARY_FILE).read_text())
+        assert (summary["objective"], summary["mask_rate"]) == (objective, rate)

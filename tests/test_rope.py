@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spectral_jax import UsageError, attention
+from spectral_jax import UsageError, UsageTypeError, attention
 from spectral_jax.nn import (
     MultiHeadAttention,
     SequenceClassifier,
@@ -108,6 +108,34 @@ def test_errors_name_the_argument():
         apply_rope(jnp.ones((1, 4, 2, 8)), np.arange(5))
     with pytest.raises(UsageError, match="x.*heads, head_dim"):
         apply_rope(jnp.ones((4, 8)))
+    # Positions of another batch than x's: neither broadcast into x nor a raw shape error.
+    with pytest.raises(UsageError, match=r"batch \(3,\) \(that of `x`\); got shape \(2, 4\)"):
+        apply_rope(jnp.ones((3, 4, 2, 8)), np.zeros((2, 4), int))
+    with pytest.raises(UsageError, match=r"batch \(1,\).*got shape \(3, 4\)"):
+        apply_rope(jnp.ones((1, 4, 2, 8)), np.zeros((3, 4), int))
+    with pytest.raises(UsageTypeError, match="float array.*int32"):
+        apply_rope(jnp.ones((1, 4, 2, 8), jnp.int32))
+
+
+def test_an_odd_head_dimension_is_refused_where_the_layer_or_model_is_built():
+    # RoPE rotates pairs: qkv 6 over 2 heads is a head dimension of 3.
+    with pytest.raises(UsageError, match=r"`qkv_features` / `num_heads` = 6 / 2 = 3 must be even"):
+        MultiHeadAttention(2, 6, rope=True, rngs=nnx.Rngs(0))
+    with pytest.raises(UsageError, match=r"`qkv_dim` / `num_heads` = 6 / 2 = 3 must be even"):
+        TransformerConfig(vocab_size=5, num_classes=2, max_length=8, positional="rope",
+                          qkv_dim=6, num_heads=2)
+    with pytest.raises(UsageError, match=r"`model.qkv_dim` / `model.num_heads` = 66 / 2"):
+        TransformerConfig.check_fields({"positional": "rope", "qkv_dim": 66, "num_heads": 2},
+                                       owner="config", prefix="model.")
+    TransformerConfig(vocab_size=5, num_classes=2, max_length=8, qkv_dim=6, num_heads=2)
+    with pytest.raises(UsageTypeError, match="`rope` must be a bool"):
+        MultiHeadAttention(2, 8, rope="yes", rngs=nnx.Rngs(0))
+
+
+def test_positions_without_rope_are_refused_not_ignored():
+    layer = MultiHeadAttention(2, 8, rngs=nnx.Rngs(0))
+    with pytest.raises(UsageError, match="rope=False, so they would be ignored"):
+        layer(jnp.ones((1, 4, 8)), positions=jnp.arange(4))
 
 
 _SMALL = {"linformer": {"max_length": L, "proj_len": 4}, "luna": {"packed_length": 3},

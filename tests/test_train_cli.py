@@ -164,6 +164,14 @@ def test_summary_line_is_not_wrapped_when_not_a_terminal(capsys):
     assert len(lines) == 2
 
 
+def test_summary_line_times_the_pretraining_stage_too(capsys):
+    reporter = Reporter(10)
+    reporter.summary({**RESULTS, "pretrain": {"steps": 3500, "wall_time_s": 987.6}})
+    reporter.close()
+    assert capsys.readouterr().out.strip().endswith(
+        "3500 steps in 1234 s, after 3500 pretraining steps in 988 s.")
+
+
 def test_config_command_prints_the_config_a_run_records(capsys):
     assert entry_point.main(["config", "lra/listops:quick",
                      "--config.train.steps=10", "--config.data.dir", "elsewhere"]) == 0

@@ -3,6 +3,10 @@
 # Usage: bash benchmarks/lra_spt/sweep.sh [DIR]   (default runs/lra_spt). Rerunning the same
 # command skips finished runs and resumes interrupted ones (each sweep does).
 set -euo pipefail
+if [[ $# -gt 1 || "${1:-}" == -* ]]; then
+    echo "usage: bash benchmarks/lra_spt/sweep.sh [DIR]   (default runs/lra_spt; 32 runs)" >&2
+    exit 2
+fi
 DIR=${1:-runs/lra_spt}
 METHODS=softmax,nystrom,spectral_shift,performer
 COMMON=(--attention "$METHODS" --seeds 0 1 --config.train.steps=2000)

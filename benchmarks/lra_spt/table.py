@@ -10,10 +10,10 @@ figure in brackets, and the masked-token validation accuracy the pretraining sta
 
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import os
-import sys
 
 import numpy as np
 
@@ -32,6 +32,9 @@ def _runs(root: str) -> dict[tuple[str, str], list[dict]]:
 
 def main(root: str) -> None:
     runs = _runs(root)
+    if not runs:
+        raise SystemExit(f"table.py: no runs in {root!r}: expected {'/'.join(VARIANTS)} "
+                         "folders of <method>-seed<k> runs with a results.json (sweep.sh's DIR)")
     methods = sorted({method for method, _ in runs}, key=lambda m: (m != "softmax", m))
     header = " | ".join(VARIANTS.values())
     print(f"| method | {header} | masked-token accuracy after SPT / RoPE+SPT |")
@@ -54,4 +57,6 @@ def main(root: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", help="the folder sweep.sh wrote (or benchmarks/lra_spt/quick)")
+    main(parser.parse_args().dir)

@@ -19,7 +19,7 @@ from spectral_jax.nn._attention_kwargs import (
     split_attention_kwargs,
 )
 from spectral_jax.nn._rngs import stream as _stream
-from spectral_jax.nn._rope import apply_rope
+from spectral_jax.nn._rope import apply_rope, check_positions, check_rope
 from spectral_jax.nn._state import STATE_MODULES, ConvSkip, RandomFeatureState, uses_rng
 from spectral_jax.nn._symmetric import PairwiseScores, check_symmetric
 from spectral_jax.parallel import attention_function
@@ -73,9 +73,9 @@ class MultiHeadAttention(nnx.Module):
           (registry ``weight_dropout``, i.e. exact softmax) allow it, others require 0.
         use_bias: biases on the query/key/value/output projections.
         is_causal: causal self-attention; only for methods with a causal form.
-        rope: rotate queries and keys by their positions before the attention method
-          (RoFormer; :func:`spectral_jax.nn.apply_rope`, whose docstring says what each
-          approximation then approximates).
+        rope: rotate queries and keys by their positions before the attention method (even
+          head dimension; RoFormer; :func:`spectral_jax.nn.apply_rope`, whose docstring says
+          what each approximation then approximates).
         deterministic: default for ``__call__``'s ``deterministic`` (needed only when the
           layer is random: ``dropout_rate > 0`` or a random state such as Skyformer's).
         dtype: computation dtype (None: inferred from inputs and params).
@@ -94,7 +94,7 @@ class MultiHeadAttention(nnx.Module):
           ``num_heads`` not dividing ``qkv_features``; an unknown key in ``attention_kwargs``
           or a module option the method does not take; a bad option value; ``dropout_rate`` > 0
           for a method without attention weights; ``sharing="layerwise"`` without
-          ``shared_state``.
+          ``shared_state``; ``rope`` with an odd head dimension.
         spectral_jax.UsageTypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)``
           pairs, or holding an unhashable value.
         spectral_jax.UnsupportedError: ``is_causal=True`` for a method without a causal form;
@@ -147,7 +147,7 @@ class MultiHeadAttention(nnx.Module):
         self.attention_kwargs = tuple(sorted(kwargs.items()))
         self.dropout_rate = dropout_rate
         self.is_causal = is_causal
-        self.rope = rope
+        self.rope = check_rope("MultiHeadAttention", rope, self.head_dim, qkv_features, num_heads)
         self.deterministic = deterministic
         self.uses_rng = uses_rng(attention, dropout_rate)
         self.dtype = dtype
@@ -269,7 +269,7 @@ class MultiHeadAttention(nnx.Module):
               layer: the previous layer's P ``(batch..., packed_length, in_features)``;
               None: the module's own learned first P. Refused for other methods.
             return_carry: also return the next layer's carry (None for methods without).
-            positions: with ``rope``, int ``(q_len,)`` or ``(batch, q_len)`` positions of the
+            positions: only with ``rope``: int ``(q_len,)`` or ``(batch, q_len)`` positions of the
               queries (and of the keys when ``kv_len == q_len``; other keys take
               ``arange(kv_len)``); None: ``arange(q_len)``, or in decode mode each token's
               position in its example (its count of earlier valid tokens).
@@ -294,6 +294,7 @@ class MultiHeadAttention(nnx.Module):
               NaN, see :func:`~spectral_jax.attention.decode_step`).
         """
         decode = self.decode if decode is None else decode
+        check_positions("MultiHeadAttention", self.rope, positions)
         if deterministic is None:
             deterministic = self.deterministic
         if deterministic is None and self.uses_rng:

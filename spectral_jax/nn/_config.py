@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import jax.numpy as jnp
 
-from spectral_jax import _checks
+from spectral_jax import UsageError, _checks
 from spectral_jax.nn._attention_kwargs import normalise_attention_kwargs
 
 POOLINGS = ("cls", "mean")
@@ -70,7 +70,8 @@ class TransformerConfig:
 
     Raises:
         spectral_jax.UsageError: an unknown ``pooling``, ``positional`` or ``interaction``; a
-          size below 1; a dropout rate outside [0, 1).
+          size below 1; a dropout rate outside [0, 1); ``positional="rope"`` with an odd head
+          dimension ``qkv_dim / num_heads``.
         spectral_jax.UsageTypeError: a value of the wrong kind, e.g. a string size or
           ``attention_kwargs`` that is not a mapping.
         The attention name and its arguments are checked by
@@ -151,6 +152,13 @@ class TransformerConfig:
             if name in values:
                 _checks.number(owner, prefix + name, values[name], low=0.0, high=1.0,
                                high_open=True)
+        sizes = [values.get(name) for name in ("qkv_dim", "num_heads")]
+        if values.get("positional") == "rope" and None not in sizes and sizes[0] % sizes[1] == 0:
+            if (sizes[0] // sizes[1]) % 2:
+                raise UsageError(
+                    f"{owner}: `{prefix}positional`='rope' rotates pairs of features, so the "
+                    f"head dimension `{prefix}qkv_dim` / `{prefix}num_heads` = {sizes[0]} / "
+                    f"{sizes[1]} = {sizes[0] // sizes[1]} must be even.")
         if "embed_init_std" in values:
             _checks.number(owner, prefix + "embed_init_std", values["embed_init_std"],
                            low=0.0, low_open=True)

@@ -30,15 +30,20 @@ them changes meaning:
   as a landmark; clustering and inducing-point methods group or summarise rotated vectors;
 - the exact methods (``softmax`` and the causal scans) keep the relative property exactly.
 
-bf16 inputs are rotated in float32 (angles, sines and cosines too) and cast back.
+bf16 inputs are rotated in float32 (angles, sines and cosines too) and cast back. The angle
+``p θ_i`` is a float32 product, so its absolute error grows with the position: exact scores
+keep the relative property to about 1e-5 near position 0, 2e-4 at an offset of 1,000, 2e-3
+at 10,000 and 2e-2 at 100,000 (scores of size ~30, against a float64 reference).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError, _checks
+from spectral_jax import UsageError, UsageTypeError, _checks
 
 Array = jax.Array
 
@@ -81,6 +86,37 @@ def rotary_embedding(positions: Array, head_dim: int, *,
     return jnp.cos(angles), jnp.sin(angles)
 
 
+def _batch_fits(batch: tuple[int, ...], x_batch: tuple[int, ...]) -> bool:
+    """Whether positions with leading axes ``batch`` broadcast to ``x``'s batch unchanged."""
+    try:
+        return jnp.broadcast_shapes(batch, x_batch) == tuple(x_batch)
+    except ValueError:
+        return False
+
+
+def check_rope(owner: str, rope: Any, head_dim: int, qkv_features: int, num_heads: int) -> bool:
+    """``rope`` checked for a layer of ``num_heads`` heads over ``qkv_features`` features.
+
+    Raises:
+        spectral_jax.UsageTypeError: ``rope`` is not a bool.
+        spectral_jax.UsageError: ``rope`` with an odd head dimension (RoPE rotates pairs).
+    """
+    _checks.boolean(owner, "rope", rope)
+    if rope and head_dim % 2:
+        raise UsageError(
+            f"{owner}: `rope=True` rotates pairs of features, so the head dimension "
+            f"`qkv_features` / `num_heads` = {qkv_features} / {num_heads} = {head_dim} must be "
+            "even.")
+    return rope
+
+
+def check_positions(owner: str, rope: bool, positions: Any) -> None:
+    """Refuses ``positions`` for a layer that does not use them (no ``rope``)."""
+    if positions is not None and not rope:
+        raise UsageError(f"{owner}: `positions` are the rotary positions of `rope=True`; this "
+                         "layer has rope=False, so they would be ignored.")
+
+
 def apply_rope(x: Array, positions: Array | None = None, *, base: float = ROPE_BASE) -> Array:
     """Rotates the features of ``x`` by its positions (RoPE).
 
@@ -99,7 +135,8 @@ def apply_rope(x: Array, positions: Array | None = None, *, base: float = ROPE_B
 
     Raises:
         spectral_jax.UsageError: ``x`` with fewer than 3 axes; an odd ``head_dim``;
-          ``positions`` whose last axis is not ``length``.
+          ``positions`` whose last axis is not ``length`` or whose batch is not ``x``'s.
+        spectral_jax.UsageTypeError: a non-float ``x``.
 
     Source:
         Su et al. 2021, RoFormer, §3.2, eq. 34 (in the "rotate half" pairing, see the module
@@ -117,13 +154,18 @@ def apply_rope(x: Array, positions: Array | None = None, *, base: float = ROPE_B
     if jnp.ndim(x) < 3:
         raise UsageError(f"{owner}: `x` must be (batch..., length, heads, head_dim); got shape "
                          f"{jnp.shape(x)}.")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise UsageTypeError(f"{owner}: `x` must be a float array (queries or keys); got dtype "
+                             f"{x.dtype}.")
     length, head_dim = x.shape[-3], x.shape[-1]
     if positions is None:
         positions = jnp.arange(length)
     positions = jnp.asarray(positions)
-    if positions.ndim == 0 or positions.shape[-1] != length:
+    if (positions.ndim == 0 or positions.shape[-1] != length
+            or not _batch_fits(positions.shape[:-1], x.shape[:-3])):
         raise UsageError(f"{owner}: `positions` must be (length,) or (batch, length) with "
-                         f"length={length}; got shape {positions.shape}.")
+                         f"length={length} and batch {x.shape[:-3]} (that of `x`); got shape "
+                         f"{positions.shape}.")
     cos, sin = rotary_embedding(positions, head_dim, base=base)
     # (..., length, d/2) -> (..., length, 1, d/2): one angle per position, shared by heads.
     cos, sin = cos[..., None, :], sin[..., None, :]

@@ -54,11 +54,14 @@ class TrainingInterrupted(Interrupted):
         'interrupted at step 310; checkpoint saved; rerun the same command to resume'
         >>> TrainingInterrupted(310, signal.SIGINT).exit_status
         130
+        >>> str(TrainingInterrupted(40, signal.SIGINT, stage="pretraining"))
+        'interrupted at pretraining step 40; checkpoint saved; rerun the same command to resume'
     """
 
-    def __init__(self, step: int, signum: int) -> None:
+    def __init__(self, step: int, signum: int, *, stage: str | None = None) -> None:
+        where = f"{stage} step" if stage else "step"
         super().__init__(
-            f"interrupted at step {step}; checkpoint saved; rerun the same command to resume",
+            f"interrupted at {where} {step}; checkpoint saved; rerun the same command to resume",
             signum)
         self.step = int(step)
 

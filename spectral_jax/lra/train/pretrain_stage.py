@@ -128,6 +128,9 @@ def run_stage(run: Any, stop: StopSignals) -> nnx.State:
         meta = {"best_val_accuracy": -1.0, "best_step": 0, "wall_time_s": 0.0}
         if start:
             state, meta = ckpt.restore(start, state)
+            if run.is_main and start < total:
+                print(f"Resuming the pretraining stage from its checkpoint at step {start}.",
+                      flush=True)
         if start < total:
             state, meta = _train(run, config, (train_step, eval_step), rng_state, state, meta,
                                  start, ckpt, stop)
@@ -172,6 +175,10 @@ def _train(run, config, step_fns, rng_state, state, meta, start, ckpt, stop):
                 meta = {**meta, "wall_time_s": base_time + time.perf_counter() - run_start,
                         "val_loss": val["loss"], "val_accuracy": val["accuracy"]}
                 writer.write(step, "validation", val)
+                if run.is_main:
+                    print(f"pretrain step {step}/{total}: validation loss {val['loss']:.4f}, "
+                          f"token accuracy {val['accuracy']:.4f} (best "
+                          f"{meta['best_val_accuracy']:.4f})", flush=True)
                 ckpt.save(step, state, meta, val["accuracy"])
                 clock = time.perf_counter()
             if stop.signum is not None:
@@ -179,7 +186,7 @@ def _train(run, config, step_fns, rng_state, state, meta, start, ckpt, stop):
                     meta = {**meta, "wall_time_s": base_time + time.perf_counter() - run_start}
                     ckpt.save(step, state, {**meta, UNLOGGED_WINDOW: host_window(window)} if window
                               else meta, None)
-                raise TrainingInterrupted(step, stop.signum)
+                raise TrainingInterrupted(step, stop.signum, stage="pretraining")
     finally:
         writer.close()
     return state, meta
@@ -199,9 +206,12 @@ def transfer(classifier_state: nnx.State, pretrain_state: nnx.State) -> nnx.Stat
 
 
 def _write_summary(workdir: str, config: ml_collections.ConfigDict, meta: dict) -> None:
+    objective = pretrain_lib.objective(config)
     summary = {"steps": int(config.train.pretrain_steps),
-               "objective": pretrain_lib.objective(config),
-               "mask_rate": float(config.train.get("pretrain_mask_rate", 0.5)),
+               "objective": objective,
+               # Next-token prediction masks nothing: no rate to record.
+               "mask_rate": (float(config.train.get("pretrain_mask_rate", 0.5))
+                             if objective == "denoise" else None),
                "val_loss": meta.get("val_loss"), "val_accuracy": meta.get("val_accuracy"),
                "best_val_accuracy": meta.get("best_val_accuracy"),
                "wall_time_s": meta.get("wall_time_s")}

@@ -204,11 +204,16 @@ class Reporter:
         if not self.enabled:
             return
         r = results
+        pre = r.get("pretrain") or {}
+        # The stages are timed apart (results.json: wall_time_s and pretrain.wall_time_s).
+        before = (f", after {pre['steps']} pretraining steps in {pre['wall_time_s']:.0f} s"
+                  if pre.get("wall_time_s") is not None else "")
         self.console.print(
             f"\n[bold]{r['task']} / {r['attention']} ({r['protocol']})[/bold]: "
             f"test accuracy {r['test_accuracy']:.4f} (best validation, step {r['best_step']}), "
             f"final {r['final_test_accuracy']:.4f}; majority-class baseline of the test split "
-            f"{r['majority_baseline']:.4f}. {r['steps']} steps in {r['wall_time_s']:.0f} s.",
+            f"{r['majority_baseline']:.4f}. {r['steps']} steps in {r['wall_time_s']:.0f} s"
+            f"{before}.",
             highlight=False,
         )
 
