@@ -59,7 +59,7 @@ def test_rotation_matches_float64_reference_and_keeps_norms():
                                                                                   np.arange(16))))
 
 
-@pytest.mark.parametrize("shift", [1, 7, 1000])
+@pytest.mark.parametrize("shift", [1, 7, 1000, 10**6, 2**31 - 16])
 def test_exact_scores_and_attention_depend_on_relative_positions_only(shift):
     q, k = _qk(1)
     v = jax.random.normal(jax.random.key(2), q.shape)
@@ -67,17 +67,34 @@ def test_exact_scores_and_attention_depend_on_relative_positions_only(shift):
     # float64 reference scores at positions 0..15.
     rq, rk = rope_reference(q, positions), rope_reference(k, positions)
     want = np.einsum("bqhd,bkhd->bhqk", rq, rk)
-    # Every position moved by `shift`: the same scores, to float32 rounding of the angles.
+    # Every position moved by `shift`: the same scores, to float32 rounding; the integer
+    # positions' angles are reduced modulo a turn exactly, so the error does not grow with
+    # the shift (a float32 product p·θ would be off by ~0.1 rad at 10⁶).
     moved = positions + shift
     got = jnp.einsum("bqhd,bkhd->bhqk", apply_rope(q, moved), apply_rope(k, moved))
-    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4 * (1 + shift / 100))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
     # And the exact attention output with them.
     base = attention.softmax_attention(apply_rope(q, positions), apply_rope(k, positions), v)
     out = attention.softmax_attention(apply_rope(q, moved), apply_rope(k, moved), v)
-    np.testing.assert_allclose(np.asarray(out), np.asarray(base), atol=1e-4 * (1 + shift / 100))
+    np.testing.assert_allclose(np.asarray(out), np.asarray(base), atol=1e-4)
     # Without RoPE's relative structure (queries and keys moved differently) the scores change.
     apart = jnp.einsum("bqhd,bkhd->bhqk", apply_rope(q, moved), apply_rope(k, positions))
     assert np.abs(np.asarray(apart) - want).max() > 1e-2
+
+
+def test_integer_positions_get_angles_exact_at_any_int32_value():
+    positions = np.array([0, 1, 999, 10**6, 2**24 + 1, 2**30 + 12345, 2**31 - 1, -5, -10**6])
+    cos, sin = rotary_embedding(jnp.asarray(positions, jnp.int32), 64)
+    # Reference in extended precision: p·θ itself needs more than float64's 53 bits here.
+    theta = np.longdouble(10000.0) ** (-np.arange(0, 64, 2, dtype=np.longdouble) / 64)
+    angle = positions.astype(np.longdouble)[:, None] * theta
+    np.testing.assert_allclose(np.asarray(cos), np.cos(angle).astype(np.float64), atol=2e-6)
+    np.testing.assert_allclose(np.asarray(sin), np.sin(angle).astype(np.float64), atol=2e-6)
+    # Float positions take the float32 product: close for small positions only.
+    f_cos, _ = rotary_embedding(jnp.asarray(positions[:3], jnp.float32), 64)
+    np.testing.assert_allclose(np.asarray(f_cos), np.asarray(cos[:3]), atol=1e-4)
+    f_cos, _ = rotary_embedding(jnp.asarray(positions[3:4], jnp.float32), 64)
+    assert np.abs(np.asarray(f_cos) - np.asarray(cos[3:4])).max() > 1e-2
 
 
 def test_batched_positions_and_decode_step():
