@@ -23,7 +23,7 @@ from spectral_jax.lra.train import checkpoint as checkpoint_lib
 from spectral_jax.lra.train import pretrain_stage
 from spectral_jax.lra.train import run as run_lib
 from spectral_jax.lra.train.interrupt import StopSignals
-from spectral_jax.lra.train.loop import train_and_evaluate
+from spectral_jax.lra.train.loop import evaluate_checkpoint, train_and_evaluate
 from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.lra.train.report import read_metrics
 
@@ -112,6 +112,9 @@ def test_a_stop_in_either_stage_resumes_bit_exact(reference, signum, at_step, st
     assert ckpt.all_steps() in ((saved, []) if signum == signal.SIGKILL else (saved,))
     ckpt.close()
     assert not (workdir / "results.json").exists()
+    if stage == "pretrain_checkpoints":  # nothing to evaluate yet, and the message says why
+        with pytest.raises(FileNotFoundError, match="still in its pretraining stage"):
+            evaluate_checkpoint(str(workdir))
 
     resumed = train_and_evaluate(_config(root), str(workdir))
     with run_lib.open_for_training(_config(root), str(workdir)) as run:

@@ -234,9 +234,10 @@ def parse_value(key: str, raw: str, kind: type) -> Any:
         except ValueError:
             number = _integral(raw) if kind is int else None
         if number is None:
-            article, example = ("an", "100") if kind is int else ("a", "0.001")
+            article, what = ("an", "an integer such as 100") if kind is int else (
+                "a", "a number such as 0.001")
             raise UsageError(f"--config.{key}={raw}: {key} is {article} {kind.__name__} field; "
-                             f"expected a number such as {example}")
+                             f"expected {what}")
         return number
     value = _literal(raw)
     container = dict if isinstance(kind, type) and issubclass(kind, ml_collections.ConfigDict) \

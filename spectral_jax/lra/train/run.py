@@ -292,8 +292,12 @@ def restore_for_evaluation(
         try:
             step = run.checkpoints.latest_step()
             if step is None:
+                pretraining = os.path.isdir(os.path.join(workdir, pretrain_lib.CHECKPOINT_DIR))
                 raise FileNotFoundError(
-                    f"no checkpoint in {os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)}")
+                    f"no checkpoint in {os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)}"
+                    + ("; the run is still in its pretraining stage (the classifier is saved "
+                       "from the fine-tune on): rerun its train command to go on" if pretraining
+                       else ""))
             if checkpoint not in ("best", "latest"):
                 step = wanted
             state, meta = run.checkpoints.restore(step, run.setup.state)
