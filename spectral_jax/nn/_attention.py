@@ -147,7 +147,7 @@ class MultiHeadAttention(nnx.Module):
         self.attention_kwargs = tuple(sorted(kwargs.items()))
         self.dropout_rate = dropout_rate
         self.is_causal = is_causal
-        self.rope = check_rope("MultiHeadAttention", rope, self.head_dim, qkv_features, num_heads)
+        self.rope = check_rope("MultiHeadAttention", rope, qkv_features, num_heads)
         self.deterministic = deterministic
         self.uses_rng = uses_rng(attention, dropout_rate)
         self.dtype = dtype

@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 import jax.numpy as jnp
 
-from spectral_jax import UsageError, _checks
+from spectral_jax import _checks
 from spectral_jax.nn._attention_kwargs import normalise_attention_kwargs
+from spectral_jax.nn._rope import check_head_dim
 
 POOLINGS = ("cls", "mean")
 POSITIONALS = ("sinusoidal", "learned", "rope", "none")
@@ -153,12 +154,9 @@ class TransformerConfig:
                 _checks.number(owner, prefix + name, values[name], low=0.0, high=1.0,
                                high_open=True)
         sizes = [values.get(name) for name in ("qkv_dim", "num_heads")]
-        if values.get("positional") == "rope" and None not in sizes and sizes[0] % sizes[1] == 0:
-            if (sizes[0] // sizes[1]) % 2:
-                raise UsageError(
-                    f"{owner}: `{prefix}positional`='rope' rotates pairs of features, so the "
-                    f"head dimension `{prefix}qkv_dim` / `{prefix}num_heads` = {sizes[0]} / "
-                    f"{sizes[1]} = {sizes[0] // sizes[1]} must be even.")
+        if values.get("positional") == "rope" and None not in sizes:
+            check_head_dim(owner, f"`{prefix}positional`='rope'", *sizes,
+                           (prefix + "qkv_dim", prefix + "num_heads"))
         if "embed_init_std" in values:
             _checks.number(owner, prefix + "embed_init_std", values["embed_init_std"],
                            low=0.0, low_open=True)

@@ -112,7 +112,7 @@ def _batch_fits(batch: tuple[int, ...], x_batch: tuple[int, ...]) -> bool:
         return False
 
 
-def check_rope(owner: str, rope: Any, head_dim: int, qkv_features: int, num_heads: int) -> bool:
+def check_rope(owner: str, rope: Any, qkv_features: int, num_heads: int) -> bool:
     """``rope`` checked for a layer of ``num_heads`` heads over ``qkv_features`` features.
 
     Raises:
@@ -120,12 +120,22 @@ def check_rope(owner: str, rope: Any, head_dim: int, qkv_features: int, num_head
         spectral_jax.UsageError: ``rope`` with an odd head dimension (RoPE rotates pairs).
     """
     _checks.boolean(owner, "rope", rope)
-    if rope and head_dim % 2:
-        raise UsageError(
-            f"{owner}: `rope=True` rotates pairs of features, so the head dimension "
-            f"`qkv_features` / `num_heads` = {qkv_features} / {num_heads} = {head_dim} must be "
-            "even.")
+    if rope:
+        check_head_dim(owner, "`rope=True`", qkv_features, num_heads,
+                       ("qkv_features", "num_heads"))
     return rope
+
+
+def check_head_dim(owner: str, setting: str, qkv: int, heads: int,
+                   names: tuple[str, str]) -> None:
+    """Refuses an odd head dimension ``qkv // heads`` where ``setting`` asks for RoPE.
+
+    ``names`` are the two sizes' parameter names, as the caller's user knows them.
+    """
+    if qkv % heads == 0 and (qkv // heads) % 2:
+        raise UsageError(
+            f"{owner}: {setting} rotates pairs of features, so the head dimension "
+            f"`{names[0]}` / `{names[1]}` = {qkv} / {heads} = {qkv // heads} must be even.")
 
 
 def check_positions(owner: str, rope: bool, positions: Any) -> None:
