@@ -55,9 +55,9 @@ def _loss_and_out(fn, **kwargs):
 
 
 def _jit_mask_call(fn, **kwargs):
-    """``fn(q, k, v, mask=mask, **kwargs)`` jitted, the mask traced: one program per call
-    (an eager call compiles every operation on its own, many times the cost)."""
-    return jax.jit(lambda q, k, v, mask: fn(q, k, v, mask=mask, **kwargs))
+    """``fn(q, k, v, mask=mask, **kwargs, **arrays)`` jitted, the mask and the array keywords
+    traced: one program per call (an eager call compiles every operation on its own)."""
+    return jax.jit(lambda q, k, v, mask, **arrays: fn(q, k, v, mask=mask, **kwargs, **arrays))
 
 
 @functools.cache
@@ -96,23 +96,21 @@ def test_skyformer_evenly_spaced_landmarks_shard():
 
 
 @pytest.mark.parametrize("name", SHARDED)
-def test_padding_mask_with_holes_equals_single_device(name):
-    m = jnp.arange(LENGTH) % 3 != 0  # holes in every shard
+def test_batch_axis_mask_with_holes_and_lengths_equal_single_device(name):
+    # One program checks three things at once: the batch split over "data" beside the
+    # sequence over "seq", a padding mask with holes in every shard, and lengths combined
+    # with that mask (by `and`), each split with the batch.
+    mesh = jax.make_mesh((2, 4), ("data", "seq"))
+    m = jnp.arange(LENGTH) % 3 != 0
     mask = (m[:, None] & m[None, :])[None, None]
     q, k, v = _inputs()
-    want = _jit_mask_call(ATTENTIONS[name].fn, **_kwargs(name))(q, k, v, mask)
-    got = _jit_mask_call(sequence_parallel(name, mesh=_mesh(4), **_kwargs(name)))(q, k, v, mask)
-    np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
-
-
-@pytest.mark.parametrize("name", SHARDED)
-def test_batch_axis_splits_the_batch_beside_the_sequence(name):
-    mesh = jax.make_mesh((2, 4), ("data", "seq"))
-    q, k, v = _inputs()
     lengths = {"query_seq_lengths": LENGTHS, "key_value_seq_lengths": LENGTHS}
-    want = jax.jit(functools.partial(ATTENTIONS[name].fn, **_kwargs(name)))(q, k, v, **lengths)
+    want = _jit_mask_call(ATTENTIONS[name].fn, **_kwargs(name))(q, k, v, mask, **lengths)
     fn = sequence_parallel(name, mesh=mesh, batch_axis="data", **_kwargs(name))
-    np.testing.assert_allclose(jax.jit(fn)(q, k, v, **lengths), want, atol=2e-5, rtol=2e-5)
+    got = _jit_mask_call(fn)(q, k, v, mask, **lengths)
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
+    # Example 1 has 5 valid tokens: its padded queries stay zero on every shard.
+    assert float(np.abs(np.asarray(got)[1, 5:]).max()) == 0.0
 
 
 def test_luna_carries_its_packed_sequence_split_over_the_batch():
