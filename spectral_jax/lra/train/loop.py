@@ -25,7 +25,12 @@ from spectral_jax.lra.train import pretrain as pretrain_lib
 from spectral_jax.lra.train import run as run_lib
 from spectral_jax.lra.train import workdir as workdir_lib
 from spectral_jax.lra.train.checkpoint import UNLOGGED_WINDOW, host_window, restore_window
-from spectral_jax.lra.train.interrupt import StopSignals, TrainingDiverged, TrainingInterrupted
+from spectral_jax.lra.train.interrupt import (
+    StopSignals,
+    TrainingDiverged,
+    TrainingInterrupted,
+    wait_for_previous_step,
+)
 from spectral_jax.lra.train.objectives import bits_per_byte
 from spectral_jax.lra.train.report import MetricWriter, Reporter
 
@@ -153,6 +158,7 @@ def _train(run: run_lib.Run, state: nnx.State, meta: Meta, start_step: int,
         batch = distributed.global_batch(next(batches), run.batch_sharding)
         state, metrics = step_fns.train(run.setup.rng_state, state, batch)
         window.append(metrics)
+        wait_for_previous_step(window)  # a stop signal takes effect within ~2 steps
         reporter.advance()
         is_eval = step % train_cfg.eval_every == 0 or step == train_cfg.steps
         if step % train_cfg.log_every == 0 or is_eval:

@@ -27,7 +27,12 @@ from spectral_jax.lra.train import distributed
 from spectral_jax.lra.train import pretrain as pretrain_lib
 from spectral_jax.lra.train import steps as steps_lib
 from spectral_jax.lra.train.checkpoint import UNLOGGED_WINDOW, host_window, restore_window
-from spectral_jax.lra.train.interrupt import StopSignals, TrainingDiverged, TrainingInterrupted
+from spectral_jax.lra.train.interrupt import (
+    StopSignals,
+    TrainingDiverged,
+    TrainingInterrupted,
+    wait_for_previous_step,
+)
 from spectral_jax.lra.train.report import MetricWriter
 
 
@@ -158,6 +163,7 @@ def _train(run, config, step_fns, rng_state, state, meta, start, ckpt, stop):
             batch = distributed.global_batch(next(batches), run.batch_sharding)
             state, metrics = train_step(rng_state, state, batch)
             window.append(metrics)
+            wait_for_previous_step(window)  # a stop signal takes effect within ~2 steps
             is_eval = step % train.eval_every == 0 or step == total
             if step % train.log_every == 0 or is_eval:
                 jax.block_until_ready(metrics)
