@@ -98,8 +98,8 @@ def test_skyformer_evenly_spaced_landmarks_shard():
 @pytest.mark.parametrize("name", SHARDED)
 def test_batch_axis_mask_with_holes_and_lengths_equal_single_device(name):
     # One program checks three things at once: the batch split over "data" beside the
-    # sequence over "seq", a padding mask with holes in every shard, and lengths combined
-    # with that mask (by `and`), each split with the batch.
+    # sequence over "seq", a padding mask with holes in every shard (broadcast over the
+    # batch), and lengths split with the batch, combined with that mask by `and`.
     mesh = jax.make_mesh((2, 4), ("data", "seq"))
     m = jnp.arange(LENGTH) % 3 != 0
     mask = (m[:, None] & m[None, :])[None, None]
