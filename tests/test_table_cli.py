@@ -188,3 +188,25 @@ def test_full_table_labels_rows_by_what_ran():
     rows = [_record(config=_changed(_preset(), train__steps=2000))]
     assert markdown_table(rows).splitlines()[2] == (
         "| softmax (quick, steps=2000) | 40.00 | 40.00 |")
+
+
+def test_self_pretrained_runs_are_labelled_spt_and_cost_both_stages():
+    """An SPT run is compared with the preset's ``spt`` form: the mask id its recorded
+    vocabulary gained is no change, and its steps and wall time count the pretraining."""
+    spt = recorded_config(load_config("lra/listops:quick,attention=nystrom,spt")).to_dict()
+    assert spt["train"]["pretrain_steps"] == spt["train"]["steps"] > 0
+    ran = _changed(spt, model__vocab_size=spt["model"]["vocab_size"] + 1)  # + the mask id
+    label = lambda config: table_labels.run_label(_record("nystrom", config=config))  # noqa: E731
+    assert label(ran) == "nystrom (quick, spt)"
+    assert label(_changed(ran, train__pretrain_steps=2000, train__steps=2000)) == (
+        "nystrom (quick, spt, pretrain_steps=2000, steps=2000)")
+    # Without pretraining, a grown vocabulary is a change like any other.
+    plain = _preset("nystrom")
+    assert label(_changed(plain, model__vocab_size=plain["model"]["vocab_size"] + 1)) == (
+        f"nystrom (quick, vocab_size={plain['model']['vocab_size'] + 1})")
+    rows = [_record("nystrom", seed=s, config=ran, wall_time_s=60.0 + s,
+                    pretrain={"steps": 3500, "wall_time_s": 120.0}) for s in (0, 1)]
+    (group,) = group_runs(rows)
+    assert group["wall_time_s"]["values"] == [180.0, 181.0]
+    last = markdown_table(rows).splitlines()[-1]
+    assert last.endswith("| 10 + 3500 pretraining | 3m01s |"), last

@@ -105,11 +105,14 @@ def check_config(config: ml_collections.ConfigDict) -> None:
             f"prepares a classifier, and this task's objective is {task_objective!r}")
 
 
+def added_token_ids(config: ml_collections.ConfigDict) -> int:
+    """How many token ids pretraining adds to the task's: 1 (the mask id) when denoising."""
+    return int(enabled(config) and objective(config) == "denoise")
+
+
 def model_config(config: ml_collections.ConfigDict, cfg: TransformerConfig) -> TransformerConfig:
-    """``cfg`` with one more token id, the mask id, when ``config`` pretrains by denoising."""
-    if enabled(config) and objective(config) == "denoise":
-        return dataclasses.replace(cfg, vocab_size=cfg.vocab_size + 1)
-    return cfg
+    """``cfg`` with the ids pretraining adds (:func:`added_token_ids`) in its vocabulary."""
+    return dataclasses.replace(cfg, vocab_size=cfg.vocab_size + added_token_ids(config))
 
 
 def writer_stage(config: ml_collections.ConfigDict) -> dict[str, Any]:

@@ -113,7 +113,8 @@ def group_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ``seeds``, ``runs``, ``n`` and, for each of ``test_accuracy``, ``final_test_accuracy``,
         ``examples_per_s``, ``steps_per_s``, ``train_step_peak_bytes``, ``num_params``,
         ``wall_time_s``: ``{"mean", "std", "values"}`` (std: sample standard deviation over
-        the seeds, 0 for one run; None when no run recorded the figure).
+        the seeds, 0 for one run; None when no run recorded the figure). A self-pretrained
+        run's ``wall_time_s`` is both stages'; its rates are the fine-tune's.
 
     Example:
         >>> r = dict(task="listops", attention="nystrom", protocol="quick", test_accuracy=0.4)
@@ -138,7 +139,7 @@ def group_runs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "n": len(runs), "config": first.get("config"),
         }
         for stat in _STATS:
-            values = [r[stat] for r in runs if r.get(stat) is not None]
+            values = [v for v in (_figure(r, stat) for r in runs) if v is not None]
             summary[stat] = None if not values else {
                 "mean": statistics.fmean(values),
                 "std": statistics.stdev(values) if len(values) > 1 else 0.0,
@@ -157,7 +158,9 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
     The first table is LRA's layout (mean ± std over seeds, with the number of seeds when
     above one, and the average over the tasks present); the second gives per row the training
     rate, peak train-step memory and parameter count; the third lists every run; failed runs
-    follow with their reason. Accuracy is that of the best-validation checkpoint.
+    follow with their reason. Accuracy is that of the best-validation checkpoint. A
+    self-pretrained run's steps read ``"2000 + 2000 pretraining"`` and its wall time is both
+    stages'.
 
     Args:
         results: dicts from :func:`load_results`.
@@ -210,7 +213,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
                 f"| {r['run']} | {TITLES[r['task']]} | {r['attention']} | {r['protocol']} | "
                 f"{r.get('seed', '')} | {100 * r['test_accuracy']:.2f} | "
                 f"{100 * r['final_test_accuracy']:.2f} | {100 * r['majority_baseline']:.2f} | "
-                f"{r['steps']} | {_duration(r['wall_time_s'])} |"
+                f"{_steps(r)} | {_duration(_figure(r, 'wall_time_s'))} |"
             )
     if failed:
         lines += ([""] if lines else []) + [
@@ -237,11 +240,25 @@ def summary_json(results: list[dict[str, Any]]) -> dict[str, Any]:
     finished = [r for r in results if not r.get("failed")]
     return {
         "groups": group_runs(finished),
-        "runs": sorted(({k: r.get(k) for k in keep} for r in finished),
+        "runs": sorted(({k: _figure(r, k) for k in keep} for r in finished),
                        key=lambda r: r["run"]),
         "failed": sorted(({k: v for k, v in r.items() if k != "failed"}
                           for r in results if r.get("failed")), key=lambda r: r["run"]),
     }
+
+
+def _figure(r: dict[str, Any], key: str) -> Any:
+    """``r[key]``; a run's ``wall_time_s`` includes its pretraining stage's."""
+    value = r.get(key)
+    pretrain = r.get("pretrain") or {}
+    if key == "wall_time_s" and value is not None and pretrain.get("wall_time_s") is not None:
+        return value + pretrain["wall_time_s"]
+    return value
+
+
+def _steps(r: dict[str, Any]) -> str:
+    pretrain = (r.get("pretrain") or {}).get("steps")
+    return f"{r['steps']} + {pretrain} pretraining" if pretrain else f"{r['steps']}"
 
 
 def _group_key(r: dict[str, Any]) -> str:

@@ -5,6 +5,9 @@ protocol alone is the label only when the config is that preset unchanged: the p
 rebuilt from the task's shipped config (``lra/<task>``, in :mod:`spectral_jax.lra.configs`)
 for the run's method, and the fields that differ are named, e.g.
 ``nystrom (quick, steps=300)``, or counted past two: ``nystrom (quick, custom: 5 fields)``.
+A run with a self-pretraining stage (``train.pretrain_steps > 0``) is compared with the
+preset's ``spt`` form, and says so: ``nystrom (quick, spt, pretrain_steps=2000)``; the mask
+id that denoising adds to the recorded ``model.vocab_size`` is no change.
 Fields one side lacks (added or removed since the run), fields the preset leaves None (filled
 in from the data at train time) and ``data.dir`` (where the data lies, not what it is) are
 not differences. Without the config file the label says
@@ -41,11 +44,13 @@ def run_label(record: dict[str, Any]) -> str:
     config = record.get("config")
     if not isinstance(config, dict):
         return f"{method} ({protocol})"
-    preset = _preset(record["task"], protocol, method)
+    spt = int(config.get("train", {}).get("pretrain_steps") or 0) > 0
+    preset = _preset(record["task"], protocol, method, spt)
     if preset is None:
         return f"{method} ({protocol}, preset not found)"
     changed = config_changes(config, preset)
-    return f"{method} ({', '.join([protocol, *describe_changes(changed)])})"
+    parts = [protocol, *(["spt"] if spt else []), *describe_changes(changed)]
+    return f"{method} ({', '.join(parts)})"
 
 
 def config_changes(config: dict[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
@@ -113,19 +118,24 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _preset(task: str, protocol: str, method: str) -> dict[str, Any] | None:
+def _preset(task: str, protocol: str, method: str, spt: bool) -> dict[str, Any] | None:
     path = config_file(task)
-    return None if path is None else _recorded_preset(str(path), protocol, method)
+    return None if path is None else _recorded_preset(str(path), protocol, method, spt)
 
 
 @functools.cache
-def _recorded_preset(path: str, protocol: str, method: str) -> dict[str, Any] | None:
+def _recorded_preset(path: str, protocol: str, method: str,
+                     spt: bool) -> dict[str, Any] | None:
     """The preset's config as a run records it, or None when the file cannot build it."""
+    from spectral_jax.lra.train import pretrain
     from spectral_jax.lra.train.overrides import load_config
     from spectral_jax.lra.train.run import recorded_config
 
     try:
-        config = load_config(f"{path}:protocol={protocol},attention={method}")
-        return recorded_config(config).to_dict()
+        config = recorded_config(load_config(
+            f"{path}:protocol={protocol},attention={method}{',spt' if spt else ''}"))
     except (UsageError, FileNotFoundError):  # a preset or method the file does not know
         return None
+    if config.model.vocab_size is not None:  # the run records the vocabulary it trained
+        config.model.vocab_size += pretrain.added_token_ids(config)
+    return config.to_dict()
