@@ -2,7 +2,7 @@
 
 Reads each run folder's ``metrics.jsonl`` (as ``spectral-jax train`` writes it) and draws
 one line per run, with the majority-class baseline and published accuracies as reference
-lines.
+lines. Of a self-pretrained run, the fine-tune is drawn (its steps count from 1 again).
 
 Usage:
     python benchmarks/lra_listops/plot_curves.py RUN_DIR [RUN_DIR ...] --out curves.png \
@@ -22,12 +22,14 @@ def read_metrics(run: Path) -> dict[str, list[dict]]:
     """``{split: [record, ...]}`` from ``run/metrics.jsonl``, ordered by step.
 
     A resumed run logs again from its checkpoint; the last record of each (split, step) wins.
+    Pretraining records (``"stage": "pretrain"``) are left out.
     """
     latest: dict[tuple[str, int], dict] = {}
     for line in (run / "metrics.jsonl").read_text().splitlines():
         if line.strip():
             record = json.loads(line)
-            latest[(record["split"], record["step"])] = record
+            if record.get("stage") != "pretrain":
+                latest[(record["split"], record["step"])] = record
     splits: dict[str, list[dict]] = {}
     for (split, _), record in sorted(latest.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         splits.setdefault(split, []).append(record)
