@@ -1,0 +1,195 @@
+"""The chunked form of every linear-recurrent method, for one state head.
+
+One recurrence covers the family. Per token t, with a log-decay g_t ≤ 0 (a scalar, or one
+per key dimension) and, for the delta rule, a write strength β_t:
+
+    additive (GLA, simple GLA, RetNet, Mamba-2 SSD):  S_t = Diag(e^{g_t}) S_{t−1} + k_t v_tᵀ
+    delta rule (DeltaNet, Gated DeltaNet, KDA):      S' = Diag(e^{g_t}) S_{t−1},
+                                                      S_t = S' + β_t k_t (v_t − S'ᵀk_t)ᵀ
+    output:                                           o_t = S_tᵀ (s·q_t)
+
+with S ``(d_k, d_v)`` key-first. The chunked form (Yang et al. 2024, GLA §3 and DeltaNet
+§3) splits the sequence into chunks of C tokens: inside a chunk, matmuls (C × C scores
+weighted by the decays between positions); between chunks, the state, carried by a scan
+over chunks. The delta rule's chunk uses the UT transform: with L = tril(diag(β)(KKᵀ ⊙ Γ),
+−1), T = (I + L)⁻¹, W = T(β ⊙ K ⊙ e^{G}) and U = T(β ⊙ V), the chunk's corrected values are
+V' = U − W S₀ (Yang et al. 2024, DeltaNet §3.2, eq. 7-9; Gated DeltaNet, Yang et al. 2025, §3).
+
+Numerics: decays live in log space. The decay between positions j ≤ r is the segment sum
+Σ_{j<i≤r} g_i, formed by a masked cumulative sum of the increments rather than as a
+difference of two running sums (no cancellation; Mamba-2's ``segsum``), and the exponent is
+masked before ``exp`` by position, never by sign, so the upper triangle neither overflows
+nor leaks NaN into gradients. Every exponent taken is ≤ 0.
+
+Segments (packed sequences): ``reset[t]`` drops the state before token t. Inside a chunk,
+positions interact only within one segment (counted by a running sum of resets); only rows
+of the chunk's first segment read the carried state, only rows of its last segment reach
+the chunk's end, and the carried state survives the chunk only when no reset lies in it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import solve_triangular
+
+Array = jax.Array
+
+
+class Chunks(NamedTuple):
+    """The chunk-parallel quantities of one state head, ``N`` chunks of ``C`` tokens.
+
+    Attributes:
+      scores: ``(N, G, C, C)``: s·q_r·(decayed k_j) for j ≤ r in one segment, else 0.
+      q_in: ``(N, G, C, d_k)``: s·q_r ⊙ e^{G_r}, the rows that read the carried state.
+      k_out: ``(N, C, d_k)``: k_j ⊙ e^{Σ_{j<i≤C} g_i}, the rows that reach the chunk's end.
+      decay: ``(N, K)``: the carried state's decay over the chunk (0 after a reset).
+      values: ``(N, C, d_v)``: V (additive) or U = T(β ⊙ V) (delta rule).
+      w: ``(N, C, d_k)`` W = T(β ⊙ K ⊙ e^{G}) for the delta rule; None for additive.
+    """
+
+    scores: Array
+    q_in: Array
+    k_out: Array
+    decay: Array
+    values: Array
+    w: Array | None
+
+
+def _segment_sums(g: Array) -> Array:
+    """``(C, C, K)``: Σ_{j<i≤r} g_i at [r, j] for j ≤ r (0 on the diagonal), else 0."""
+    c = g.shape[0]
+    later = jnp.arange(c)[:, None] > jnp.arange(c)[None, :]  # i > j
+    increments = jnp.where(later[:, :, None], g[:, None, :], 0.0)
+    return jnp.cumsum(increments, axis=0)
+
+
+def _pair(x: Array, y: Array, weights: Array) -> Array:
+    """``(C, C)``: Σ_d x_rd y_jd w_rjd with ``weights`` ``(C, C, K)``, K = 1 or d."""
+    if weights.shape[-1] == 1:
+        return (x @ y.T) * weights[..., 0]
+    return jnp.einsum("rd,jd,rjd->rj", x, y, weights)
+
+
+def _one_chunk(q: Array, k: Array, v: Array, g: Array, beta: Array | None,
+               reset: Array, scale: float) -> Chunks:
+    """The quantities of one chunk: q ``(G, C, d_k)``, k ``(C, d_k)``, v ``(C, d_v)``,
+    g ``(C, K)``, beta ``(C,)`` or None, reset bool ``(C,)``."""
+    c = k.shape[0]
+    seg = jnp.cumsum(reset.astype(jnp.int32))
+    same = seg[:, None] == seg[None, :]
+    causal = jnp.tril(jnp.ones((c, c), bool)) & same
+    sums = _segment_sums(g)
+    # Masked before exp: unlinked pairs are set to exponent 0, then their weight to 0.
+    weights = jnp.where(causal[..., None], jnp.exp(jnp.where(causal[..., None], sums, 0.0)), 0.0)
+    first = seg == 0
+    last = seg == seg[-1]
+    g_in = jnp.cumsum(g, axis=0)  # Σ_{i≤r} g_i
+    # Σ_{j<i<C} g_i as a suffix sum (no difference of running sums).
+    g_out = jnp.concatenate([jnp.cumsum(g[::-1], axis=0)[::-1][1:], jnp.zeros_like(g[:1])])
+    e_in = jnp.where(first[:, None], jnp.exp(g_in), 0.0)
+    e_out = jnp.where(last[:, None], jnp.exp(g_out), 0.0)
+    decay = jnp.where(seg[-1] == 0, jnp.exp(g_in[-1]), 0.0)
+    sq = q * scale
+    scores = jax.vmap(lambda x: _pair(x, k, weights))(sq)
+    q_in = sq * e_in
+    k_out = k * e_out
+    if beta is None:
+        return Chunks(scores, q_in, k_out, decay, v, None)
+    strict = causal & ~jnp.eye(c, dtype=bool)
+    lower = beta[:, None] * jnp.where(strict, _pair(k, k, weights), 0.0)
+    eye = jnp.eye(c, dtype=lower.dtype)
+    # T = (I + L)^{-1} applied by one unit-lower-triangular solve for W and U together.
+    rhs = jnp.concatenate([beta[:, None] * k * e_in, beta[:, None] * v], axis=-1)
+    solved = solve_triangular(eye + lower, rhs, lower=True, unit_diagonal=True)
+    w, u = solved[:, :k.shape[1]], solved[:, k.shape[1]:]
+    return Chunks(scores, q_in, k_out, decay, u, w)
+
+
+def chunk_quantities(q: Array, k: Array, v: Array, g: Array, beta: Array | None,
+                     reset: Array, *, scale: float, chunk_size: int) -> tuple[Chunks, int]:
+    """Pads the sequence to whole chunks and computes every chunk's quantities at once.
+
+    Args:
+      q: ``(G, n, d_k)``, the G query heads that read this state head.
+      k: ``(n, d_k)``; v: ``(n, d_v)``; g: ``(n, K)`` log-decays ≤ 0 (K = 1 or d_k);
+      beta: ``(n,)`` or None; reset: bool ``(n,)``. All in the compute dtype.
+      scale: s.
+      chunk_size: C (at most n is used).
+
+    Returns:
+      ``(chunks, n)``. Padded tail tokens are the identity (g = 0, k = v = 0, β = 0).
+    """
+    n = k.shape[0]
+    c = min(chunk_size, n)
+    pad = (-n) % c
+    num = (n + pad) // c
+
+    def split(x: Array, axis: int = 0) -> Array:
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, pad)
+        x = jnp.pad(x, widths)
+        return jnp.moveaxis(x.reshape(*x.shape[:axis], num, c, *x.shape[axis + 1:]), axis, 0)
+
+    parts = (split(q, 1), split(k), split(v), split(g),
+             None if beta is None else split(beta), split(reset))
+    one = lambda q_, k_, v_, g_, b_, r_: _one_chunk(q_, k_, v_, g_, b_, r_, scale)  # noqa: E731
+    in_axes = (0, 0, 0, 0, None if beta is None else 0, 0)
+    return jax.vmap(one, in_axes=in_axes)(*parts), n
+
+
+def _decay_state(decay: Array, state: Array) -> Array:
+    """Diag(decay) S for decay ``(K,)``, K = 1 or d_k, and S ``(d_k, d_v)``."""
+    return decay[:, None] * state
+
+
+def run_chunks(chunks: Chunks, state: Array) -> tuple[Array, Array]:
+    """The outputs of every chunk and the final state, from the entering ``state``.
+
+    Returns:
+      ``(out, final)``: out ``(G, N·C, d_v)`` (padded tail included), final ``(d_k, d_v)``.
+    """
+    if chunks.w is None:
+        def step(s, chunk):
+            return _decay_state(chunk.decay, s) + chunk.k_out.T @ chunk.values, s
+
+        final, entering = jax.lax.scan(step, state, chunks)
+        out = (jnp.einsum("ngcd,nde->ngce", chunks.q_in, entering)
+               + jnp.einsum("ngcj,nje->ngce", chunks.scores, chunks.values))
+    else:
+        def step(s, chunk):
+            corrected = chunk.values - chunk.w @ s
+            o = chunk.q_in @ s + chunk.scores @ corrected
+            return _decay_state(chunk.decay, s) + chunk.k_out.T @ corrected, o
+
+        final, out = jax.lax.scan(step, state, chunks)
+    g = out.shape[1]
+    return jnp.moveaxis(out, 1, 0).reshape(g, -1, out.shape[-1]), final
+
+
+def transition(chunks: Chunks) -> Array:
+    """The map from the entering state to the leaving one, S_end = M S₀ + S_ext: M as
+    ``(K,)`` (additive: a diagonal) or ``(d_k, d_k)`` (delta rule)."""
+    if chunks.w is None:
+        return jnp.prod(chunks.decay, axis=0)
+
+    def step(m, chunk):
+        return _decay_state(chunk.decay, m) - chunk.k_out.T @ (chunk.w @ m), None
+
+    d_k = chunks.w.shape[-1]
+    m, _ = jax.lax.scan(step, jnp.eye(d_k, dtype=chunks.w.dtype), chunks)
+    return m
+
+
+def apply_transition(m: Array, state: Array) -> Array:
+    """M S for M from :func:`transition`."""
+    return _decay_state(m, state) if m.ndim == 1 else m @ state
+
+
+def leaving_state(chunks: Chunks) -> Array:
+    """S_ext: the state a zero entering state leaves after these chunks."""
+    d_k, d_v = chunks.k_out.shape[-1], chunks.values.shape[-1]
+    _, final = run_chunks(chunks, jnp.zeros((d_k, d_v), chunks.values.dtype))
+    return final
