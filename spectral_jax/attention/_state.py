@@ -86,6 +86,36 @@ def _memory_conv(rng: Array, *, size: int, length: int, head_dim: int) -> dict[s
     return {"key_conv": pool, "value_conv": pool}
 
 
+def _log_decay(rng: Array, *, size: int | None, length: int, head_dim: int) -> dict[str, Array]:
+    """GLA's log-decays logsigmoid(2 + z) per position and key dimension (decays about 0.88),
+    shared by every example and head (shape ``(length, 1, head_dim)``)."""
+    del size
+    return {"g": jax.nn.log_sigmoid(2.0 + jax.random.normal(rng, (length, 1, head_dim)))}
+
+
+def _delta(rng: Array, *, size: int | None, length: int, head_dim: int) -> dict[str, Array]:
+    """DeltaNet's write strengths β = σ(z) per position, shared (shape ``(length, 1)``)."""
+    del size, head_dim
+    return {"beta": jax.nn.sigmoid(jax.random.normal(rng, (length, 1)))}
+
+
+def _gated_delta(rng: Array, *, size: int | None, length: int,
+                 head_dim: int) -> dict[str, Array]:
+    """Gated DeltaNet's β = σ(z) and log-decays g = −softplus(z' − 2) (about −0.13),
+    per position, shared (shape ``(length, 1)``)."""
+    del size, head_dim
+    z = jax.random.normal(rng, (2, length, 1))
+    return {"g": -jax.nn.softplus(z[0] - 2.0), "beta": jax.nn.sigmoid(z[1])}
+
+
+def _ssd(rng: Array, *, size: int | None, length: int, head_dim: int) -> dict[str, Array]:
+    """Mamba-2's step sizes Δ = softplus(z − 2) per position and A = −1, shared by every
+    example and head (shapes ``(length, 1)`` and ``(1,)``)."""
+    del size, head_dim
+    return {"dt": jax.nn.softplus(jax.random.normal(rng, (length, 1)) - 2.0),
+            "A": -jnp.ones((1,), jnp.float32)}
+
+
 LINFORMER_SHARING = ("none", "key_value", "layerwise")
 
 STATE_KINDS: Mapping[str, StateKind] = MappingProxyType({
@@ -115,5 +145,15 @@ STATE_KINDS: Mapping[str, StateKind] = MappingProxyType({
         # 2018, §4.2.3); kernel_size is also the default stride.
         StateKind("memory_conv", ("key_conv", "value_conv"),
                   MappingProxyType({"kernel_size": 3}), "kernel_size", _memory_conv),
+        # The linear-recurrent family's gates, computed from the block input by the layer
+        # (spectral_jax.nn._recurrent_gates): GLA's low-rank per-dimension log-decay,
+        # DeltaNet's β, Gated DeltaNet's decay and β, Mamba-2's Δ and A.
+        StateKind("log_decay", ("g",), MappingProxyType(
+            {"gate_low_rank_dim": 16, "gate_logit_normalizer": 16.0}), None, _log_decay),
+        StateKind("delta", ("beta",), MappingProxyType({"allow_neg_eigval": False}), None,
+                  _delta),
+        StateKind("gated_delta", ("g", "beta"), MappingProxyType({"allow_neg_eigval": False}),
+                  None, _gated_delta),
+        StateKind("ssd", ("dt", "A"), MappingProxyType({}), None, _ssd),
     )
 })

@@ -27,6 +27,7 @@ from spectral_jax.nn._learned_state import (
     PackedSequenceState,
 )
 from spectral_jax.nn._memory_conv import MemoryConvState
+from spectral_jax.nn._recurrent_gates import DeltaGate, GatedDeltaGate, LogDecayGate, SSDGate
 from spectral_jax.nn._rngs import stream as _stream
 
 Array = jax.Array
@@ -197,6 +198,10 @@ STATE_MODULES: dict[str, type[nnx.Module]] = {
     "packed_sequence": PackedSequenceState,
     "gates": GateState,
     "memory_conv": MemoryConvState,
+    "log_decay": LogDecayGate,
+    "delta": DeltaGate,
+    "gated_delta": GatedDeltaGate,
+    "ssd": SSDGate,
 }
 
 

@@ -17,11 +17,14 @@ Array = jax.Array
 
 def _per_head(method: str, name: str, x: Any, heads: int, trailing_ok: int | None) -> Array:
     shape = getattr(x, "shape", None)
-    if shape is None or not (shape == (heads,) or (trailing_ok and shape == (heads, trailing_ok))):
+    fits = shape is not None and len(shape) in (1, 2 if trailing_ok else 1) and shape[0] in (
+        1, heads) and (len(shape) == 1 or shape[1] in (1, trailing_ok))
+    if not fits:
         allowed = f"({heads},)" + (f" or ({heads}, {trailing_ok})" if trailing_ok else "")
         raise UsageError(f"{method}(): `{name}` must have shape {allowed} (one per value "
-                         f"head); got {shape if shape is not None else type(x)}.")
-    return jnp.asarray(x)
+                         f"head; 1 shares one over the heads); got "
+                         f"{shape if shape is not None else type(x)}.")
+    return jnp.broadcast_to(jnp.asarray(x), (heads, *shape[1:]))
 
 
 def mamba2_attention(
