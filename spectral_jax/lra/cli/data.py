@@ -117,10 +117,14 @@ def _info_source(args: argparse.Namespace) -> tuple[str, str, dict, str]:
             {**config.data.options.to_dict(), **options}, where)
 
 
+# `data info` lists the share of every class up to this many classes.
+_LISTED_CLASSES = 64
+
+
 def _info(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from spectral_jax.lra.data import load_task, majority_baseline
+    from spectral_jax.lra.data import IGNORE_INDEX, load_task, majority_baseline
 
     name, data_dir, options, origin = _info_source(args)
     task = load_task(name, data_dir, **options)
@@ -129,10 +133,18 @@ def _info(args: argparse.Namespace) -> int:
     print(f"source: {task.source}")
     for name, split in task.splits.items():
         counts = np.bincount(split.labels, minlength=task.num_classes)
-        share = " ".join(f"{c / max(len(split), 1):.3f}" for c in counts)
+        if task.num_classes <= _LISTED_CLASSES:
+            share = " ".join(f"{c / max(len(split), 1):.3f}" for c in counts)
+        else:  # a language model's labels are token ids: one share each would be unreadable
+            share = (f"{int((counts > 0).sum())} of {task.num_classes} ids occur, the most "
+                     f"frequent in {counts.max() / max(len(split), 1):.3f}")
         base = f"{majority_baseline(split):.3f}" if len(split) else "n/a"
         print(f"  {name:<10} n={len(split):<7} inputs {split.inputs.shape} "
               f"valid tokens {split.mask.mean() if split.mask.size else 0:.3f} "
               f"truncated {task.truncated.get(name, 0)} majority {base}")
         print(f"  {'':<10} label shares: {share}")
+        if split.targets is not None and len(split):
+            scored = (split.targets != IGNORE_INDEX).sum(axis=1)
+            print(f"  {'':<10} scored positions (targets) per sequence: {scored.min()} to "
+                  f"{scored.max()}, mean {scored.mean():.2f}")
     return 0

@@ -54,9 +54,12 @@ def continuation(workdir: str, prompt: str, max_new_tokens: int, *, temperature:
     from spectral_jax.nn import generate
 
     task = workdir_lib.read_config(workdir).task
-    if objectives.task_objective(task) != objectives.NEXT_TOKEN:
+    objective = objectives.task_objective(task)
+    if objective != objectives.NEXT_TOKEN:
+        what = ("a classifier" if objective == objectives.CLASSIFICATION
+                else f"whose objective is {objective!r}, not byte text")
         raise UsageError(
-            f"generate: the run in {workdir} trained task {task!r}, a classifier; generate "
+            f"generate: the run in {workdir} trained task {task!r}, {what}; generate "
             "needs a language-model run (task 'bytes_lm', config lm/bytes)")
     data = prompt.encode("utf-8")
     if not data:

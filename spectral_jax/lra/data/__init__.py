@@ -1,6 +1,7 @@
 """LRA task data: numpy-only readers of the release formats, generators, batching.
 
-One module per task (`listops`, `text`, `retrieval`, `image`, `pathfinder`), all
+One module per task (`listops`, `text`, `retrieval`, `image`, `pathfinder`, `bytes_lm`,
+`mqar`), all
 returning a `Task` of fixed-shape `Split`s; `load_task` dispatches by name and
 `iterate_batches` yields fixed-shape, resumable batches. The registry (`TASKS`,
 `get_task_spec`) names each task, its title and its optional generator (`prepare_data`).
@@ -17,6 +18,7 @@ from spectral_jax.lra.data import (  # noqa: E402
     image,
     listops,
     listops_generator,
+    mqar,
     pathfinder,
     retrieval,
     text,
@@ -31,9 +33,16 @@ from spectral_jax.lra.data.registry import (  # noqa: E402
     prepare_data,
     task_options,
 )
-from spectral_jax.lra.data.task import SPLIT_NAMES, Split, Task, majority_baseline  # noqa: E402
+from spectral_jax.lra.data.task import (  # noqa: E402
+    IGNORE_INDEX,
+    SPLIT_NAMES,
+    Split,
+    Task,
+    majority_baseline,
+)
 
 __all__ = [
+    "IGNORE_INDEX",
     "SPLIT_NAMES",
     "TASKS",
     "TITLES",
@@ -47,6 +56,7 @@ __all__ = [
     "listops_generator",
     "load_task",
     "majority_baseline",
+    "mqar",
     "pathfinder",
     "prepare_data",
     "retrieval",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.lra.data.task import Split
+from spectral_jax.lra.data.task import IGNORE_INDEX, Split
 
 
 def _epoch_order(n: int, epoch: int, shuffle: bool, seed: int) -> np.ndarray:
@@ -54,7 +54,8 @@ def iterate_batches(
 
     Yields:
         {"inputs": int32 [B, ...], "mask": bool [B, ...], "label": int32 [B],
-         "weight": float32 [B] (1.0 real example, 0.0 padding row)}.
+         "weight": float32 [B] (1.0 real example, 0.0 padding row)}, and "targets": int32
+        [B, L] when the split has them (`IGNORE_INDEX` on padding rows).
 
     Raises:
         spectral_jax.UsageTypeError: if `batch_size` or `start_step` is not an int.
@@ -63,7 +64,7 @@ def iterate_batches(
 
     Example:
         >>> import numpy as np
-        >>> from spectral_jax.lra.data.task import Split
+        >>> from spectral_jax.lra.data.task import IGNORE_INDEX, Split
         >>> s = Split(np.arange(5, dtype=np.int32)[:, None], np.ones((5, 1), bool),
         ...           np.zeros(5, np.int32))
         >>> [b["weight"].tolist() for b in iterate_batches(s, 2, shuffle=False)]
@@ -120,4 +121,9 @@ def _gather(split: Split, idx: np.ndarray, batch_size: int) -> dict[str, np.ndar
     mask[:k] = split.mask[idx]
     label[:k] = split.labels[idx]
     weight[:k] = 1.0
-    return {"inputs": inputs, "mask": mask, "label": label, "weight": weight}
+    batch = {"inputs": inputs, "mask": mask, "label": label, "weight": weight}
+    if split.targets is not None:
+        batch["targets"] = np.full((batch_size,) + split.targets.shape[1:], IGNORE_INDEX,
+                                   np.int32)
+        batch["targets"][:k] = split.targets[idx]
+    return batch

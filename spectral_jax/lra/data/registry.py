@@ -21,6 +21,7 @@ from spectral_jax.lra.data import (
     image,
     listops,
     listops_generator,
+    mqar,
     pathfinder,
     retrieval,
     text,
@@ -43,8 +44,9 @@ class TaskSpec:
         generate: ``generate(out_dir, **settings)`` writes the task's files into ``out_dir``;
           None when the data must be downloaded.
         generated_file: a file ``generate`` writes; its presence means the data exists.
-        objective: what a model learns from it: ``"classification"`` (a label per example)
-          or ``"next_token"`` (a causal language model; ``spectral_jax.lra.train.objectives``).
+        objective: what a model learns from it: ``"classification"`` (a label per example),
+          ``"next_token"`` (a causal language model) or ``"token_targets"`` (a causal model
+          scored where ``Split.targets`` is set); see ``spectral_jax.lra.train.objectives``.
     """
 
     name: str
@@ -64,6 +66,7 @@ _SPECS = (
              functools.partial(pathfinder.load, resolution=32, name="pathfinder")),
     TaskSpec("pathx", "Path-X", functools.partial(pathfinder.load, resolution=128, name="pathx")),
     TaskSpec("bytes_lm", "Byte LM", bytes_lm.load, objective="next_token"),
+    TaskSpec("mqar", "MQAR", mqar.load, objective="token_targets"),
 )
 _REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in _SPECS}
 
@@ -110,7 +113,10 @@ def load_task(name: str, data_dir: str | os.PathLike, **options: object) -> Task
     `source="auto"|"fashion_mnist"|"cifar10", mask_zero_pixels=False,
     test_examples=None`; pathfinder /
     pathx `resolution=32 / 128, difficulty="curv_contour_length_14",
-    mask_zero_pixels=False, skip_unreadable=False`. See each task module's `load`.
+    mask_zero_pixels=False, skip_unreadable=False`; bytes_lm `corpus="folder",
+    context_length=256, heldout_fraction=0.05`; mqar `seq_len=64, num_kv_pairs=4,
+    vocab_size=8192, num_train=100000, ...` (generated, `data_dir` not read). See each task
+    module's `load`.
 
     Args:
         name: one of `TASKS`.

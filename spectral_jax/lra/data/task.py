@@ -10,6 +10,8 @@ import numpy as np
 from spectral_jax import UsageError, UsageTypeError
 
 SPLIT_NAMES = ("train", "validation", "test")
+# The value of `Split.targets` at positions that carry no loss (PyTorch's ignore_index).
+IGNORE_INDEX = -100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,10 +24,14 @@ class Split:
             `inputs > 0`, to find padding.
         mask: bool, same shape as `inputs`; True = valid token.
         labels: int32 [N] class ids.
+        targets: None, or int32 [N, L] per-position targets of a causal model (tasks whose
+            objective is ``"token_targets"``, e.g. MQAR): the id position t must predict,
+            `IGNORE_INDEX` (-100) where no loss is taken.
 
     Raises:
         spectral_jax.UsageTypeError: if an array has the wrong dtype.
-        spectral_jax.UsageError: if the shapes disagree or `inputs` is not 2-D/3-D.
+        spectral_jax.UsageError: if the shapes disagree, `inputs` is not 2-D/3-D, or a target
+            is negative and not `IGNORE_INDEX`.
 
     Example:
         >>> import numpy as np
@@ -38,10 +44,14 @@ class Split:
     inputs: np.ndarray
     mask: np.ndarray
     labels: np.ndarray
+    targets: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        for name, want in (("inputs", np.int32), ("mask", np.bool_), ("labels", np.int32)):
+        for name, want in (("inputs", np.int32), ("mask", np.bool_), ("labels", np.int32),
+                           ("targets", np.int32)):
             got = getattr(self, name)
+            if name == "targets" and got is None:
+                continue
             if not isinstance(got, np.ndarray) or got.dtype != want:
                 raise UsageTypeError(
                     f"Split.{name} must be a numpy array of dtype {np.dtype(want).name}, "
@@ -61,6 +71,14 @@ class Split:
             )
         if self.labels.size and self.labels.min() < 0:
             raise UsageError(f"Split.labels must be >= 0, got minimum {self.labels.min()}")
+        if self.targets is not None:
+            if self.inputs.ndim != 2 or self.targets.shape != self.inputs.shape:
+                raise UsageError(f"Split.targets shape {self.targets.shape} must be the [N, L] "
+                                 f"shape of inputs, {self.inputs.shape}")
+            bad = (self.targets < 0) & (self.targets != IGNORE_INDEX)
+            if bad.any():
+                raise UsageError(f"Split.targets must be >= 0 or IGNORE_INDEX ({IGNORE_INDEX}), "
+                                 f"got {self.targets[bad][0]}")
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])

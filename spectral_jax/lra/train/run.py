@@ -74,7 +74,7 @@ def setup_run(
 
     def create():
         model = steps_lib.build_model(model_cfg, dual, config.seed,
-                                      lm=objective == objectives.NEXT_TOKEN)
+                                      lm=objective in objectives.LANGUAGE_MODEL_OBJECTIVES)
         return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
 
     # Initialising inside one jit compiles once, instead of once per eager op, and creates
