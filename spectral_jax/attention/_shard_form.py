@@ -35,4 +35,9 @@ SHARD_FORMS: Mapping[str, str] = MappingProxyType({
                         "all-reduced, a top-k from every shard's own top-k (all-gather), the "
                         "chosen rows gathered onto every shard and their softmax over every "
                         "key a distributed log-sum-exp",
+    "state_prefix": "each shard runs its chunks from a zero state and sums up its effect as an "
+                    "affine map of the entering state (a decay, or for the delta rule a d x d "
+                    "matrix, and the state it writes); one all-gather of every shard's map and "
+                    "a fold over the shards before it give its entering state (LASP-2), then "
+                    "its chunks run again from there: traffic independent of n",
 })
