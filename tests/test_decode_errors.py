@@ -100,3 +100,24 @@ def test_a_nan_never_enters_a_state_silently(name):
 def test_an_empty_state_needs_its_state_arguments():
     with pytest.raises(UsageError, match=r"attention='performer' needs \['projection'\]"):
         init_decode_state("performer", batch_shape=(B,), max_length=8, num_heads=H, head_dim=D)
+
+
+@pytest.mark.parametrize("name", ["softmax", "local"])
+def test_a_prompt_length_outside_the_prompt_is_flagged_under_jit(name):
+    q, k, v = _qkv()
+    q1, k1, v1 = (x[:, :1] for x in (q, k, v))
+    run = jax.jit(lambda q, k, v, lengths: prefill(name, q, k, v, max_length=P + 4,
+                                                   lengths=lengths))
+    step = jax.jit(decode_step)
+    # Example 0 claims more tokens than the prompt has, or fewer than none: its state would
+    # hold slots that were never written, so it is flagged as for a refused token.
+    for bad in (P + 3, -1):
+        out, state = run(q, k, v, jnp.array([bad, 2]))
+        np.testing.assert_array_equal(state.ok, [False, True])
+        assert bool(jnp.isnan(out[0]).all()) and bool(jnp.isfinite(out[1]).all())
+        out, after = step(state, q1, k1, v1)
+        assert bool(jnp.isnan(out[0]).all()) and bool(jnp.isfinite(out[1]).all())
+        np.testing.assert_array_equal(after.ok, [False, True])
+        with pytest.raises(UsageError, match=r"examples \[0\] of the '" + name + "' state had "
+                                             r"a token refused: .*a prompt length outside"):
+            check_decode_state(after)

@@ -1,5 +1,5 @@
-"""Our causal functions as ``attention_fn`` of Flax's own ``nnx.MultiHeadAttention`` in decode
-mode: one query against the key/value cache, under the mask Flax builds, must give that
+"""Every registered function as ``attention_fn`` of Flax's own ``nnx.MultiHeadAttention`` in
+decode mode: one query against the key/value cache, under the mask Flax builds, must give that
 position of the causal run over the whole sequence; where it cannot, a clear error."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from spectral_jax import UnsupportedError, UsageError
 from spectral_jax.attention import (
     ATTENTIONS,
     cached_decode_hint,
@@ -26,7 +27,6 @@ E = H * D
 # Small chunks and windows, so the causal scans cross chunks and the band is narrower than N.
 EXTRA = {"linear": {"chunk_size": 4}, "performer": {"chunk_size": 4}, "local": {"window": 3}}
 DECODE = tuple(n for n, s in ATTENTIONS.items() if s.cached_decode)
-NO_DECODE = tuple(n for n, s in ATTENTIONS.items() if s.supports_causal and not s.cached_decode)
 
 
 def _fn(name: str):
@@ -39,13 +39,14 @@ def _decode_vs_full(name: str, *, pass_causal: bool) -> tuple[jax.Array, jax.Arr
     x = jax.random.normal(jax.random.key(1), (B, N, E))
     module = nnx.MultiHeadAttention(H, E, qkv_features=E, attention_fn=_fn(name),
                                     decode=False, rngs=nnx.Rngs(0))
-    full = nnx.jit(lambda m, x: m(x, is_causal=True))(module, x)
     module.init_cache((B, N, E))
     # Flax passes its own is_causal (default False) to attention_fn, overriding the partial's.
     extra = {"is_causal": True} if pass_causal else {}
-    # Jitted, as a generation loop runs it: one program for every step.
+    # Jitted, as a generation loop runs it: one program for every step. Decoded first, so
+    # that a refusal comes from the decode call, not from the full run.
     step = nnx.jit(lambda m, x: m(x, decode=True, **extra))
     steps = [step(module, x[:, t:t + 1]) for t in range(N)]
+    full = nnx.jit(lambda m, x: m(x, decode=False, is_causal=True))(module, x)
     return jnp.concatenate(steps, axis=1), full
 
 
@@ -57,9 +58,20 @@ def test_registry_names_the_methods_that_decode():
         "performer_attention, local_attention.")
 
 
-@pytest.mark.parametrize("name", DECODE)
+@pytest.mark.parametrize("name", tuple(ATTENTIONS))
 @pytest.mark.parametrize("pass_causal", [True, False], ids=["is_causal", "mask_only"])
-def test_token_by_token_decode_equals_causal_full_run(name, pass_causal):
+def test_every_method_decodes_as_flax_calls_it_or_refuses(name, pass_causal):
+    # Flax's decode call: one query against its whole key/value cache, under a mask of the
+    # written slots. A method either gives the causal run's row or refuses, naming those
+    # that decode; its registry entry's cached_decode says which.
+    if not ATTENTIONS[name].cached_decode:
+        with pytest.raises(UsageError) as info:
+            _decode_vs_full(name, pass_causal=pass_causal)
+        assert str(info.value).endswith(cached_decode_hint())
+        if ATTENTIONS[name].supports_causal:
+            # It names the decoder that carries the method's own state.
+            assert "spectral_jax.nn.MultiHeadAttention(decode=True)" in str(info.value)
+        return
     decoded, full = _decode_vs_full(name, pass_causal=pass_causal)
     scale = float(jnp.max(jnp.abs(full)))
     # Bidirectional FAVOR+ adds eps to the features, its causal form does not: close, not equal.
@@ -67,22 +79,17 @@ def test_token_by_token_decode_equals_causal_full_run(name, pass_causal):
     np.testing.assert_allclose(np.asarray(decoded), np.asarray(full), rtol=0, atol=tol * scale)
 
 
-@pytest.mark.parametrize("name", NO_DECODE)
-def test_methods_without_cached_decode_refuse_it(name):
-    with pytest.raises(ValueError, match="q_len == kv_len") as info:
-        _decode_vs_full(name, pass_causal=True)
-    # Every refusal ends with the registry's list of the functions that do decode, after
-    # naming the decoder that carries the method's own state.
-    assert str(info.value).endswith(cached_decode_hint())
-    assert "spectral_jax.nn.MultiHeadAttention(decode=True)" in str(info.value)
-    if name == "memory_compressed":
-        assert str(info.value) == (
-            "memory_compressed_attention(): is_causal=True needs q_len == kv_len; got q_len=1 "
-            f"and kv_len={N}. A query against a key/value cache (e.g. Flax's "
-            "MultiHeadAttention(decode=True)) would see the newest memory slot incomplete, "
-            "which the causal form never does. Decode with spectral_jax.attention.decode_step "
-            "or spectral_jax.nn.MultiHeadAttention(decode=True), which keep the memory "
-            f"slots. {cached_decode_hint()}")
+def test_memory_compressed_refuses_the_flax_decode_call():
+    with pytest.raises(UnsupportedError) as info:
+        _decode_vs_full("memory_compressed", pass_causal=False)
+    assert str(info.value) == (
+        "memory_compressed_attention(): one query against 11 keys under a mask is the call "
+        "Flax's MultiHeadAttention(decode=True) makes against its key/value cache, which "
+        "this method cannot decode from: its causal form reads state that the cache does "
+        "not hold; decode with spectral_jax.attention.decode_step or "
+        "spectral_jax.nn.MultiHeadAttention(decode=True), which carry it. (One query "
+        "attending to padded keys outside decoding: pass key_value_seq_lengths instead of "
+        f"the mask.) {cached_decode_hint()}")
 
 
 def _qkv(n: int = 20):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spectral_jax import UnsupportedError, UsageError
+from spectral_jax import UnsupportedError, UsageError, UsageTypeError
 from spectral_jax.attention import ATTENTIONS
 from spectral_jax.lra.train.objectives import bits_per_byte, next_token_metrics
 from spectral_jax.nn import CausalLM, TransformerConfig, generate
@@ -74,6 +74,24 @@ def test_sampling_is_seeded_and_respects_banned_tokens():
     # At a temperature near 0 sampling is greedy.
     np.testing.assert_array_equal(generate(model, prompt, 10, temperature=1e-6),
                                   generate(model, prompt, 10))
+
+
+def test_banned_tokens_must_be_ids_of_the_vocabulary_and_leave_one():
+    model = _model("softmax", max_length=8)
+    prompt = np.ones((1, 2), np.int32)
+    # Banning all 11 ids leaves nothing to choose: greedy decoding returned id 0.
+    with pytest.raises(UsageError, match=r"`banned_tokens` bans every token of the "
+                                         r"vocabulary \(vocab_size=11\)"):
+        generate(model, prompt, 1, banned_tokens=tuple(range(11)))
+    # An id past the vocabulary raised a raw IndexError; a negative one was taken silently.
+    for bad in (11, -1):
+        with pytest.raises(UsageError, match=r"`banned_tokens` must be token ids in "
+                                             r"\[0, vocab_size\) = \[0, 11\); got "
+                                             rf"\[{bad}\] in \(3, {bad}\)"):
+            generate(model, prompt, 1, banned_tokens=(3, bad))
+    with pytest.raises(UsageTypeError, match=r"`banned_tokens` must be a sequence of int "
+                                             r"token ids; got \(2.5,\)"):
+        generate(model, prompt, 1, banned_tokens=(2.5,))
 
 
 def test_next_token_objective_against_float64_reference():

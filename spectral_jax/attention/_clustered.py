@@ -131,7 +131,7 @@ def _run(
     rng: Array | None, query_seq_lengths: Array | None, key_value_seq_lengths: Array | None,
     head_chunk_size: int | None, flax_kwargs: dict[str, Any],
 ) -> Array:
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask)
     _checks.positive_int(f"{method}()", "num_clusters", num_clusters)
     _checks.nonnegative_int(f"{method}()", "iterations", iterations)
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
@@ -209,7 +209,9 @@ def clustered_attention(
       spectral_jax.UsageError: bad shapes, ``bias`` given, ``num_clusters`` not a positive int,
         ``iterations`` not a non-negative int, or a mask that is not a padding mask.
       spectral_jax.UsageTypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
-      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``, or one query against more keys
+        under a mask: the call of Flax's ``MultiHeadAttention(decode=True)``, which this
+        method cannot decode (one padded query: pass ``key_value_seq_lengths``).
 
     References:
       Vyas, Katharopoulos & Fleuret 2020, "Fast Transformers with Clustered Attention",
@@ -286,7 +288,9 @@ def improved_clustered_attention(
     Raises:
       spectral_jax.UsageError: as :func:`clustered_attention`, and ``topk`` not a positive int.
       spectral_jax.UsageTypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
-      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``, or one query against more keys
+        under a mask: the call of Flax's ``MultiHeadAttention(decode=True)``, which this
+        method cannot decode (one padded query: pass ``key_value_seq_lengths``).
 
     References:
       Vyas, Katharopoulos & Fleuret 2020, "Fast Transformers with Clustered Attention",

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention._hints import causal_methods_hint
+from spectral_jax.attention import _hints
+from spectral_jax.attention._hints import cached_decode_hint, causal_methods_hint
 
 Array = jax.Array
 
@@ -64,15 +65,54 @@ def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool =
 
 def check_call(
     method: str, query: Array, key: Array, value: Array, bias: Array | None, is_causal: bool,
-    flax_kwargs: dict[str, Any], *, causal_ok: bool = False,
+    flax_kwargs: dict[str, Any], *, mask: Array | None, causal_ok: bool = False,
 ) -> None:
-    """The checks every approximate method starts with: keywords, layout, bias, causality."""
+    """The checks every approximate method starts with: keywords, layout, bias, Flax's decode
+    call (:func:`reject_cache_query`), causality."""
     check_flax_kwargs(method, flax_kwargs)
     check_qkv(method, query, key, value)
     reject_bias(method, bias)
     _checks.boolean(f"{method}()", "is_causal", is_causal)
+    reject_cache_query(method, query, key, mask)
     if not causal_ok:
         reject_causal(method, is_causal)
+
+
+def reject_cache_query(method: str, query: Array, key: Array, mask: Array | None) -> None:
+    """Refuses Flax's decode call for a registered method that cannot decode from a cache.
+
+    ``flax.nnx.MultiHeadAttention(decode=True)`` (and Linen's) calls ``attention_fn`` with one
+    query against its whole key/value cache (kv_len = the cache length) and a mask of the
+    slots written so far, ``is_causal`` False unless its caller passes True. Only a method
+    whose registry entry has ``cached_decode`` gives that position of its causal run from
+    this; another would return something else silently (a bidirectional method's summary of
+    the written keys; memory_compressed's newest memory slot cut short by the mask), so it
+    raises. Under jit no value can be read, so the call is recognised by its static form:
+    q_len == 1 < kv_len with a mask. One query attending to padded keys outside decoding has
+    the same form; such a caller passes ``key_value_seq_lengths`` instead of the mask.
+
+    Raises:
+      spectral_jax.UnsupportedError: that form, for a registered method without
+        ``cached_decode``; the message names the functions that decode from the cache.
+    """
+    spec = _hints.registered(method)
+    if spec is None or spec.cached_decode or mask is None:
+        return
+    if not query.shape[-3] == 1 < key.shape[-3]:
+        return
+    if spec.supports_causal:
+        reason = ("its causal form reads state that the cache does not hold; decode with "
+                  "spectral_jax.attention.decode_step or "
+                  "spectral_jax.nn.MultiHeadAttention(decode=True), which carry it")
+    else:
+        reason = "it has no causal form, so it cannot decode token by token"
+    raise UnsupportedError(
+        f"{method}(): one query against {key.shape[-3]} keys under a mask is the call Flax's "
+        "MultiHeadAttention(decode=True) makes against its key/value cache, which this "
+        f"method cannot decode from: {reason}. (One query attending to padded keys outside "
+        "decoding: pass key_value_seq_lengths instead of the mask.) "
+        f"{cached_decode_hint()}"
+    )
 
 
 def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:

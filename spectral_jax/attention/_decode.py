@@ -14,9 +14,10 @@ right-padded with ``lengths``, and a step's ``valid`` marks tokens that are padd
 padding, or an example that has finished), which neither enter the state nor advance it.
 
 Nothing bad enters a state silently. A token past ``max_length`` or with a non-finite key,
-value or gate is refused: with concrete inputs (eager calls) ``decode_step`` raises; under
-``jax.jit`` the token is not written, the example's ``ok`` flag turns False and its outputs
-are NaN from then on; :func:`check_decode_state` raises for such a state once it is concrete.
+value or gate is refused, and so is a prompt length outside [0, P]: with concrete inputs
+(eager calls) ``prefill`` and ``decode_step`` raise; under ``jax.jit`` the token is not
+written, the example's ``ok`` flag turns False and its outputs are NaN from then on;
+:func:`check_decode_state` raises for such a state once it is concrete.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class DecodeState:
       max_length: tokens the state can hold per example (static).
       position: int32 ``(batch...)``: tokens written so far, the index of the next one.
       ok: bool ``(batch...)``: False once a token was refused (past ``max_length``, or a
-        non-finite key, value or gate under jit); that example's outputs are then NaN.
+        non-finite key, value or gate under jit) or a traced prompt length lay outside
+        [0, P] (:func:`prefill`); that example's outputs are then NaN.
       arrays: the method's own ``(batch..., heads, ...)`` arrays (``DECODE_FORMS``), e.g.
         ``key``/``value`` ``(batch..., heads, max_length, head_dim)`` for softmax,
         ``state``/``norm`` ``(batch..., heads, r, v_head_dim)``/``(..., r)`` (float32) for
@@ -230,14 +232,19 @@ def prefill(
     Returns:
       ``(out, state)``: out ``(batch..., P, heads, v_head_dim)`` in ``query``'s dtype, the
       method's causal form on each prompt (rows past its length are zeros); ``state`` with
-      ``position == lengths``.
+      ``position == lengths`` (see below for a flagged example).
 
     Raises:
       spectral_jax.UnsupportedError: a method without a causal form (the message lists those
         with one).
       spectral_jax.UsageError: bad shapes, q_len != kv_len, a prompt longer than
-        ``max_length``, lengths outside [0, P], a missing state argument, or (concrete
-        inputs) a non-finite key, value or gate in a prompt.
+        ``max_length``, a missing state argument, or (concrete inputs) lengths outside
+        [0, P] or a non-finite key, value or gate in a prompt.
+
+    Under ``jax.jit`` an example whose length lies outside [0, P] or whose prompt has a
+    non-finite key, value or gate is flagged instead: its ``ok`` is False, its outputs
+    (these and every later step's) are NaN, and its state is built from the length clipped
+    to [0, P]; :func:`check_decode_state` raises for it once the state is concrete.
 
     Example:
       >>> import jax
@@ -270,7 +277,11 @@ def prefill(
                          f"{np.asarray(lengths).tolist()}.")
     params = method_params(spec, caller, kwargs, required=state_arguments(spec, with_gates=True))
     q, k, v = (flat_batch(x, batch_shape) for x in (query, key, value))
-    flat_lengths = lengths.reshape(-1).astype(jnp.int32)
+    # A traced length outside [0, P] would claim slots the prompt never wrote: the example
+    # is flagged (ok False) and its state built from the length clipped into range.
+    in_range = (lengths.reshape(-1) >= 0) & (lengths.reshape(-1) <= p)
+    flat_lengths = jnp.clip(lengths.reshape(-1), 0, p).astype(jnp.int32)
+    clipped = flat_lengths.reshape(batch_shape)
     flat_params = flat_gates(params, key)
     valid = jnp.arange(p)[None, :] < flat_lengths[:, None]
     checked = [k, v] + ([flat_params["gates"]] if "gates" in flat_params
@@ -284,11 +295,12 @@ def prefill(
         out = form.outputs(q, k, v, flat_lengths, flat_params)
         out = out.reshape(*batch_shape, *out.shape[1:])
     else:
-        out = spec.fn(query, key, value, is_causal=True, query_seq_lengths=lengths,
-                      key_value_seq_lengths=lengths, **kwargs)
+        out = spec.fn(query, key, value, is_causal=True, query_seq_lengths=clipped,
+                      key_value_seq_lengths=clipped, **kwargs)
+    ok = (finite & in_range).reshape(batch_shape)
+    out = jnp.where(ok.reshape(*batch_shape, 1, 1, 1), out, jnp.nan)
     arrays = form.prefill(q, k, v, flat_lengths, max_length, flat_params)
-    state = DecodeState(method, max_length, lengths.astype(jnp.int32),
-                        finite.reshape(batch_shape),
+    state = DecodeState(method, max_length, clipped, ok,
                         {n: a.reshape(*batch_shape, *a.shape[1:]) for n, a in arrays.items()})
     return out.astype(query.dtype), state
 

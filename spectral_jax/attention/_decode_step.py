@@ -132,7 +132,7 @@ def check_decode_state(state: DecodeState) -> DecodeState:
 
     Raises:
       spectral_jax.UsageError: the examples whose token went past ``max_length`` or had a
-        non-finite key, value or gate.
+        non-finite key, value or gate, or whose prompt length lay outside [0, P].
 
     Example:
       >>> from spectral_jax.attention import init_decode_state, check_decode_state
@@ -146,5 +146,6 @@ def check_decode_state(state: DecodeState) -> DecodeState:
         raise UsageError(
             f"decode: examples {np.flatnonzero(~ok.reshape(-1)).tolist()} of the "
             f"{state.method!r} state had a token refused: past max_length={state.max_length} "
-            "or with a non-finite key, value or gate; their outputs since are NaN.")
+            "or with a non-finite key, value or gate, or a prompt length outside [0, P] in "
+            "prefill; their outputs since are NaN.")
     return state

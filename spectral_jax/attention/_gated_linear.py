@@ -220,7 +220,9 @@ def gated_linear_attention(
       spectral_jax.UsageError: bad shapes (q_len != kv_len, ``gates`` not ``(batch..., n, heads)``),
         gates outside [0, 1], ``bias`` or ``scale`` given, unknown ``feature_map``,
         non-positive ``chunk_size``, negative ``eps``, a mask that is not a padding mask.
-      spectral_jax.UnsupportedError: ``is_causal=False`` (there is no bidirectional form).
+      spectral_jax.UnsupportedError: ``is_causal=False`` (there is no bidirectional form), or
+        one query against more keys under a mask: the call of Flax's
+        ``MultiHeadAttention(decode=True)``, whose cache does not hold the gated state.
       spectral_jax.UsageTypeError: non-float inputs or gates, non-bool mask, unknown keywords.
 
     References:
@@ -236,7 +238,8 @@ def gated_linear_attention(
       (2, 128, 4, 16)
     """
     method = "gated_linear_attention"
-    _checks.boolean(f"{method}()", "is_causal", is_causal)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask,
+                       causal_ok=True)
     if not is_causal:
         raise UnsupportedError(
             f"{method}(): `is_causal=False` is not supported: the gated recurrence S_t = "
@@ -244,7 +247,6 @@ def gated_linear_attention(
             "construction. Pass is_causal=True, or use linear_attention for bidirectional "
             "attention."
         )
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
     if query.shape[-3] != key.shape[-3]:
         raise UsageError(
             f"{method}(): the recurrence needs q_len == kv_len; got {query.shape[-3]} and "

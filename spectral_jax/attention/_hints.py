@@ -13,6 +13,17 @@ from typing import Any
 REGISTERED: dict[str, Any] = {}
 
 
+def registered(function: str) -> Any | None:
+    """The ``AttentionSpec`` whose ``fn`` is named ``function``, or None (not a registered
+    method, e.g. a building block such as ``luna_pack``).
+
+    Example:
+      >>> registered("linear_attention").name, registered("luna_pack")
+      ('linear', None)
+    """
+    return next((s for s in REGISTERED.values() if s.fn.__name__ == function), None)
+
+
 def functions_with(flag: str) -> str:
     """The registered functions whose ``AttentionSpec`` field ``flag`` is true, comma-separated.
 

@@ -164,7 +164,9 @@ def inducing_points_attention(
     Raises:
       spectral_jax.UsageError: bad shapes (including ``inducing_points`` and a value width
         other than the query's), ``bias`` given, a mask that is not a padding mask.
-      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``, or one query against more keys
+        under a mask: the call of Flax's ``MultiHeadAttention(decode=True)``, which this
+        method cannot decode (one padded query: pass ``key_value_seq_lengths``).
       spectral_jax.UsageTypeError: non-float inputs, non-bool mask, unknown keywords.
 
     References:
@@ -180,7 +182,7 @@ def inducing_points_attention(
       (2, 128, 4, 16)
     """
     method = "inducing_points_attention"
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask)
     check_value_dim(method, query, value)
     points = check_summary_queries(method, "inducing_points", inducing_points, query)
     _checks.positive_int(f"{method}()", "head_chunk_size", head_chunk_size, allow_none=True)

@@ -178,7 +178,8 @@ def linear_attention(
       (2, 128, 4, 16)
     """
     method = "linear_attention"
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs,
+                       mask=mask, causal_ok=True)
     _checks.choice(f"{method}()", "feature_map", feature_map, tuple(FEATURE_MAPS))
     _checks.positive_int(f"{method}()", "chunk_size", chunk_size)
     if scale is not None:

@@ -81,7 +81,9 @@ def linformer_attention(
     Raises:
       spectral_jax.UsageError: bad shapes, ``bias``, missing or mis-shaped projections, or
         kv_len longer than the projections' max_length.
-      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``, or one query against more keys
+        under a mask: the call of Flax's ``MultiHeadAttention(decode=True)``, which this
+        method cannot decode (one padded query: pass ``key_value_seq_lengths``).
 
     References:
       Wang et al. 2020, "Linformer: Self-Attention with Linear Complexity", arXiv:2006.04768,
@@ -96,7 +98,7 @@ def linformer_attention(
       (2, 128, 4, 16)
     """
     method = "linformer_attention"
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask)
     heads, kv_len = query.shape[-2], key.shape[-3]
     if value_projection is None:
         value_projection = key_projection

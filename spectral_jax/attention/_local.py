@@ -159,7 +159,8 @@ def local_attention(
       (2, 128, 4, 16)
     """
     method = "local_attention"
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs,
+                       mask=mask, causal_ok=True)
     _checks.positive_int(f"{method}()", "window", window)
     if query.shape[-3] > key.shape[-3]:
         raise UsageError(

@@ -25,13 +25,15 @@ def _prepare(
     packed_query: Any, scale: Any, is_causal: bool, query_seq_lengths: Array | None,
     key_value_seq_lengths: Array | None, head_chunk_size: Any, flax_kwargs: dict[str, Any],
 ) -> tuple[Array, Prologue]:
-    if is_causal is True:
+    # causal_ok: the refusal below says why Luna has no causal form.
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask,
+                       causal_ok=True)
+    if is_causal:
         raise UnsupportedError(
             f"{method}(): `is_causal=True` is not implemented: the packed sequence P' mixes "
             "every key position (Luna's causal form needs a separate per-position pack). "
             f"{causal_methods_hint()}"
         )
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
     packed_query = check_summary_queries(method, "packed_query", packed_query, query)
     _checks.positive_int(f"{method}()", "head_chunk_size", head_chunk_size, allow_none=True)
     return packed_query, prologue(method, query, key, mask, scale,
@@ -147,7 +149,9 @@ def luna_attention(
     Raises:
       spectral_jax.UsageError: bad shapes (including ``packed_query`` and a value width other
         than the query's), ``bias`` given, a mask that is not a padding mask.
-      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``, or one query against more keys
+        under a mask: the call of Flax's ``MultiHeadAttention(decode=True)``, which this
+        method cannot decode (one padded query: pass ``key_value_seq_lengths``).
       spectral_jax.UsageTypeError: non-float inputs, non-bool mask or ``return_packed``,
         unknown keywords.
 

@@ -175,8 +175,8 @@ def memory_compressed_attention(
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: logit scale, default ``1/sqrt(head_dim)``.
       is_causal: causal form (q_len must equal kv_len: one query against a key/value
-        cache is refused, see Raises; :func:`~spectral_jax.attention.decode_step` decodes
-        from the memory slots).
+        cache is refused, causal or not, see Raises;
+        :func:`~spectral_jax.attention.decode_step` decodes from the memory slots).
       key_conv: float ``(kernel, head_dim, head_dim)`` shared by the heads, or
         ``(heads, kernel, head_dim, head_dim)``: W_K, required. The paper uses kernel 3.
       value_conv: ``(kernel, v_head_dim, v_head_dim)`` or ``(heads, kernel, v_head_dim,
@@ -196,6 +196,9 @@ def memory_compressed_attention(
         ``value_conv``, kernels that differ, ``stride`` not a positive int, causal with
         q_len != kv_len (also one decoding query against a cache: the newest slot would be
         incomplete), or a mask that is not a padding mask.
+      spectral_jax.UnsupportedError: one query against more keys under a mask, causal or not:
+        the call of Flax's ``MultiHeadAttention(decode=True)``, whose mask cuts the newest
+        slot short (one padded query: pass ``key_value_seq_lengths``).
       spectral_jax.UsageTypeError: non-float inputs or weights, unknown keywords.
 
     References:
@@ -212,7 +215,8 @@ def memory_compressed_attention(
       (2, 128, 4, 16)
     """
     method = "memory_compressed_attention"
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs,
+                       mask=mask, causal_ok=True)
     heads = query.shape[-2]
     key_conv = _check_conv(method, "key_conv", key_conv, heads, key.shape[-1])
     value_conv = _check_conv(method, "value_conv", value_conv, heads, value.shape[-1])

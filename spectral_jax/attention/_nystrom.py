@@ -191,7 +191,9 @@ def nystrom_attention(
     Raises:
       spectral_jax.UsageError: bad shapes, ``bias`` given, non-positive ``num_landmarks``, a bad
         ``pinv_iterations``/``pinv_init``, or a mask that is not a padding mask.
-      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``, or one query against more keys
+        under a mask: the call of Flax's ``MultiHeadAttention(decode=True)``, which this
+        method cannot decode (one padded query: pass ``key_value_seq_lengths``).
       spectral_jax.UsageTypeError: non-float inputs, non-bool mask, unknown keywords.
 
     References:
@@ -206,7 +208,7 @@ def nystrom_attention(
       (2, 128, 4, 16)
     """
     method = "nystrom_attention"
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask)
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init, head_chunk_size)
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)

@@ -203,7 +203,8 @@ def performer_attention(
       (2, 128, 4, 16)
     """
     method = "performer_attention"
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, causal_ok=True)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs,
+                       mask=mask, causal_ok=True)
     _checks.positive_int(f"{method}()", "chunk_size", chunk_size)
     if projection is None or getattr(projection, "ndim", 0) != 2:
         raise UsageError(

@@ -160,7 +160,9 @@ def probsparse_attention(
       spectral_jax.UsageError: bad shapes, ``bias`` given, ``factor`` not a positive int, or a
         mask that is not a padding mask.
       spectral_jax.UsageTypeError: non-float inputs, ``rng`` not one PRNG key, unknown keywords.
-      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``, or one query against more keys
+        under a mask: the call of Flax's ``MultiHeadAttention(decode=True)``, which this
+        method cannot decode (one padded query: pass ``key_value_seq_lengths``).
 
     References:
       Zhou et al. 2021, "Informer: Beyond Efficient Transformer for Long Sequence
@@ -175,10 +177,9 @@ def probsparse_attention(
       (2, 128, 4, 16)
     """
     method = "probsparse_attention"
-    _common.check_flax_kwargs(method, flax_kwargs)
-    _common.check_qkv(method, query, key, value)
-    _common.reject_bias(method, bias)
-    _checks.boolean(f"{method}()", "is_causal", is_causal)
+    # causal_ok: the refusal below says why ProbSparse has no causal form.
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask,
+                       causal_ok=True)
     if is_causal:
         raise UnsupportedError(
             f"{method}(): `is_causal=True` is not supported: ProbSparse picks the top-u "

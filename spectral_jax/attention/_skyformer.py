@@ -85,7 +85,9 @@ def kernelized_attention(
 
     Raises:
       spectral_jax.UsageError: bad shapes, ``bias`` given, a non-padding mask.
-      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``, or one query against more keys
+        under a mask: the call of Flax's ``MultiHeadAttention(decode=True)``, which this
+        method cannot decode (one padded query: pass ``key_value_seq_lengths``).
 
     References:
       Chen et al. 2021, "Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström
@@ -99,7 +101,7 @@ def kernelized_attention(
       4.0
     """
     method = "kernelized_attention"
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask)
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(_kernelized_head, scale=p.scale)
@@ -208,7 +210,9 @@ def skyformer_attention(
       spectral_jax.UsageError: bad shapes, ``bias``, ``num_landmarks`` < 1, ``ridge`` < 0, bad
         ``pinv_iterations``, non-padding mask.
       spectral_jax.UsageTypeError: ``rng`` that is not a PRNG key array.
-      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``, or one query against more keys
+        under a mask: the call of Flax's ``MultiHeadAttention(decode=True)``, which this
+        method cannot decode (one padded query: pass ``key_value_seq_lengths``).
 
     References:
       Chen et al. 2021, "Skyformer", NeurIPS, §4.2 eq. (4)-(6) and Lemma 3; code
@@ -222,7 +226,7 @@ def skyformer_attention(
       (2, 128, 4, 16)
     """
     method = "skyformer_attention"
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask)
     check_landmark_args(method, num_landmarks, pinv_iterations, "per_matrix")
     ridge = _checks.number(f"{method}()", "ridge", ridge, low=0.0, what="a finite float >= 0")
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,

@@ -42,7 +42,7 @@ class AttentionSpec:
       cached_decode: whether one causal query against a key/value cache, with the mask
         that Flax's ``nnx.MultiHeadAttention(decode=True)`` passes, equals that position of
         the causal run over the whole sequence (token-by-token decoding through ``fn`` as
-        Flax's ``attention_fn``).
+        Flax's ``attention_fn``); a method without it refuses that call.
       decode: the decode form (a key of ``spectral_jax.attention.DECODE_FORMS``: the state
         ``prefill``/``decode_step`` carry from token to token), for every method with a causal
         form; None without one.

@@ -292,7 +292,9 @@ def spectral_shift_attention(
       spectral_jax.UsageError: bad shapes (including q_len != kv_len), ``bias`` given, bad
         ``num_landmarks``/``pinv_iterations``/``pinv_init``/``shift``, a non-positive
         ``num_delta_rows``, non-padding mask.
-      spectral_jax.UnsupportedError: ``is_causal=True``.
+      spectral_jax.UnsupportedError: ``is_causal=True``, or one query against more keys
+        under a mask: the call of Flax's ``MultiHeadAttention(decode=True)``, which this
+        method cannot decode (one padded query: pass ``key_value_seq_lengths``).
       spectral_jax.UsageTypeError: non-float inputs, non-bool mask, unknown keywords.
 
     References:
@@ -309,7 +311,7 @@ def spectral_shift_attention(
       (2, 128, 4, 16)
     """
     method = "spectral_shift_attention"
-    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs)
+    _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask)
     check_landmark_args(method, num_landmarks, pinv_iterations, pinv_init, head_chunk_size)
     _check_shift_args(method, query, key, shift, num_delta_rows)
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,

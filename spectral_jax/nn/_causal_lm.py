@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -176,6 +178,26 @@ def _check_generate(model: CausalLM, prompt: Array, max_new_tokens: int,
     return prompt.astype(np.int32), max_new_tokens, temperature
 
 
+def _banned_mask(banned_tokens: Any, vocab_size: int) -> np.ndarray:
+    """bool ``(vocab_size,)``: True at the banned ids, checked to leave one id to choose."""
+    ids = None if isinstance(banned_tokens, (str, bytes)) else np.asarray(banned_tokens)
+    if ids is None or ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+        raise UsageTypeError(_checks.message("generate", "banned_tokens",
+                                             "a sequence of int token ids", banned_tokens))
+    bad = ids[(ids < 0) | (ids >= vocab_size)]
+    if bad.size:
+        raise UsageError(
+            f"generate: `banned_tokens` must be token ids in [0, vocab_size) = [0, "
+            f"{vocab_size}); got {bad.tolist()} in {banned_tokens!r}.")
+    banned = np.zeros(vocab_size, bool)
+    banned[ids.astype(np.int64)] = True
+    if banned.all():
+        raise UsageError(
+            f"generate: `banned_tokens` bans every token of the vocabulary (vocab_size="
+            f"{vocab_size}), which leaves nothing to sample; leave at least one id allowed.")
+    return banned
+
+
 def generate(model: CausalLM, prompt: Array, max_new_tokens: int, *,
              temperature: float = 0.0, seed: int = 0,
              banned_tokens: tuple[int, ...] = ()) -> np.ndarray:
@@ -195,14 +217,17 @@ def generate(model: CausalLM, prompt: Array, max_new_tokens: int, *,
           ``config.max_length``.
         temperature: 0 (greedy) or the sampling temperature.
         seed: the sampling key's seed.
-        banned_tokens: ids never chosen (e.g. the padding id 0).
+        banned_tokens: ids never chosen (e.g. the padding id 0), each in
+          ``[0, vocab_size)``; at least one id must stay allowed.
 
     Returns:
         int32 numpy ``(batch, max_new_tokens)``: the new tokens.
 
     Raises:
-        spectral_jax.UsageError: a prompt that is not 2-D int ids, a negative temperature, or
-          a prompt and continuation longer than ``config.max_length``.
+        spectral_jax.UsageError: a prompt that is not 2-D int ids, a negative temperature, a
+          prompt and continuation longer than ``config.max_length``, or ``banned_tokens``
+          with an id outside ``[0, vocab_size)`` or holding every id.
+        spectral_jax.UsageTypeError: ``banned_tokens`` not a sequence of ints.
         spectral_jax.UnsupportedError: the method has no decoding form.
 
     Example:
@@ -218,11 +243,9 @@ def generate(model: CausalLM, prompt: Array, max_new_tokens: int, *,
     prompt, max_new_tokens, temperature = _check_generate(model, prompt, max_new_tokens,
                                                           temperature)
     _attention.get_attention_spec(model.config.attention)  # an unknown name fails here
+    banned = jnp.asarray(_banned_mask(banned_tokens, model.config.vocab_size))
     batch, length = prompt.shape
     model.init_cache((batch, length + max_new_tokens), jnp.float32)
-    banned = np.zeros(model.config.vocab_size, bool)
-    banned[list(banned_tokens)] = True
-    banned = jnp.asarray(banned)
 
     @nnx.jit
     def step(model_, token, key):
