@@ -45,7 +45,7 @@ def inputs(method: str, seed: int = 0, *, batch: int = 2, n: int = 37, heads=(2,
                   D=rng.normal(size=h_v), dt_bias=rng.normal(size=h_v), dt_softplus=True)
     if method in DELTA:
         kw["beta"] = rng.uniform(0, 1, size=(batch, n, h_v))
-        kw["qk_l2norm"] = True
+        kw["qk_l2norm"] = True  # the default, passed explicitly
     return q, k, v, kw
 
 

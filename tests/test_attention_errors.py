@@ -41,6 +41,7 @@ def test_unknown_attention_name_lists_known_names():
         "softmax", "nystrom", "spectral_shift", "skyformer", "kernelized", "linear",
         "performer", "linformer", "inducing_points", "luna", "gated_linear",
         "clustered", "improved_clustered", "probsparse", "memory_compressed", "local",
+        "gla", "retnet", "mamba2", "deltanet", "gated_deltanet",
     )
 
 

@@ -14,15 +14,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax.attention import _common
 from spectral_jax.attention.recurrent import _family
 
 Array = jax.Array
 
 
-def _inputs(method: str, query: Array, key: Array, value: Array, g: Any, beta: Any,
+def _inputs(method: str, query: Array, key: Array, value: Array, bias: Any, mask: Any,
+            is_causal: Any, flax_kwargs: dict[str, Any], g: Any, beta: Any,
             g_trailing: tuple[int, ...] | None) -> tuple[Array, Array]:
-    heads = _family.check_heads(method, query, key, value)
+    heads = _family.check_call(method, query, key, value, bias, mask, is_causal, flax_kwargs)
     batch_shape, n = query.shape[:-3], query.shape[-3]
     beta = _family.per_state(method, "beta", beta, batch_shape, n, heads.state)
     _family.check_range(method, "beta", beta, 0.0, 2.0,
@@ -36,7 +36,7 @@ def _inputs(method: str, query: Array, key: Array, value: Array, g: Any, beta: A
 
 
 def _run(method, query, key, value, bias, mask, g, beta, **kw) -> Any:
-    _common.reject_bias(method, bias)
+    del bias
     flax_kwargs = kw.pop("flax_kwargs")
     return _family.run(method, query, key, value, mask, g=g, beta=beta,
                        flax_kwargs=flax_kwargs, **kw)
@@ -45,10 +45,11 @@ def _run(method, query, key, value, bias, mask, g, beta, **kw) -> Any:
 def deltanet_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, beta: Array, scale: float | None = None,
-    is_causal: bool = True, chunk_size: int = 64, qk_l2norm: bool = False,
+    is_causal: bool = True, chunk_size: int = 64, qk_l2norm: bool = True,
     segment_ids: Array | None = None, initial_state: Array | None = None,
     return_final_state: bool = False, query_seq_lengths: Array | None = None,
-    key_value_seq_lengths: Array | None = None, **flax_kwargs: Any,
+    key_value_seq_lengths: Array | None = None, head_chunk_size: int | None = None,
+    **flax_kwargs: Any,
 ) -> Any:
     """DeltaNet: linear attention whose state is corrected by the delta rule.
 
@@ -66,7 +67,9 @@ def deltanet_attention(
       bias: must be None.
       beta: float ``(batch..., n, H_v)`` in [0, 2] (σ(x), or 2σ(x) to allow negative
         eigenvalues); batch and heads may be 1.
-      qk_l2norm: L2-normalise q and k inside (default False, as fla).
+      qk_l2norm: L2-normalise q and k inside (fla's ``use_qk_l2norm_in_kernel``; fla's
+        layers always normalise, its kernels only when asked: pass False to port a kernel
+        call that does not).
 
     Returns:
       ``(batch..., n, max(H_q, H_v), d_v)`` in query's dtype (and the final state with
@@ -89,21 +92,24 @@ def deltanet_attention(
       (2, 100, 4, 16)
     """
     method = "deltanet_attention"
-    g, beta = _inputs(method, query, key, value, None, beta, None)
+    g, beta = _inputs(method, query, key, value, bias, mask, is_causal,
+                      flax_kwargs, None, beta, None)
     return _run(method, query, key, value, bias, mask, g, beta, scale=scale,
                 is_causal=is_causal, chunk_size=chunk_size, qk_l2norm=qk_l2norm,
                 segment_ids=segment_ids, initial_state=initial_state,
                 return_final_state=return_final_state, query_seq_lengths=query_seq_lengths,
-                key_value_seq_lengths=key_value_seq_lengths, flax_kwargs=flax_kwargs)
+                key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
+                flax_kwargs=flax_kwargs)
 
 
 def gated_deltanet_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, g: Array, beta: Array, scale: float | None = None,
-    is_causal: bool = True, chunk_size: int = 64, qk_l2norm: bool = False,
+    is_causal: bool = True, chunk_size: int = 64, qk_l2norm: bool = True,
     segment_ids: Array | None = None, initial_state: Array | None = None,
     return_final_state: bool = False, query_seq_lengths: Array | None = None,
-    key_value_seq_lengths: Array | None = None, **flax_kwargs: Any,
+    key_value_seq_lengths: Array | None = None, head_chunk_size: int | None = None,
+    **flax_kwargs: Any,
 ) -> Any:
     """Gated DeltaNet: the delta rule on a state first decayed by e^{g_t}.
 
@@ -136,21 +142,24 @@ def gated_deltanet_attention(
       (2, 100, 4, 16)
     """
     method = "gated_deltanet_attention"
-    g, beta = _inputs(method, query, key, value, g, beta, ())
+    g, beta = _inputs(method, query, key, value, bias, mask, is_causal,
+                      flax_kwargs, g, beta, ())
     return _run(method, query, key, value, bias, mask, g, beta, scale=scale,
                 is_causal=is_causal, chunk_size=chunk_size, qk_l2norm=qk_l2norm,
                 segment_ids=segment_ids, initial_state=initial_state,
                 return_final_state=return_final_state, query_seq_lengths=query_seq_lengths,
-                key_value_seq_lengths=key_value_seq_lengths, flax_kwargs=flax_kwargs)
+                key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
+                flax_kwargs=flax_kwargs)
 
 
 def kda_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, g: Array, beta: Array, scale: float | None = None,
-    is_causal: bool = True, chunk_size: int = 16, qk_l2norm: bool = False,
+    is_causal: bool = True, chunk_size: int = 16, qk_l2norm: bool = True,
     segment_ids: Array | None = None, initial_state: Array | None = None,
     return_final_state: bool = False, query_seq_lengths: Array | None = None,
-    key_value_seq_lengths: Array | None = None, **flax_kwargs: Any,
+    key_value_seq_lengths: Array | None = None, head_chunk_size: int | None = None,
+    **flax_kwargs: Any,
 ) -> Any:
     """Kimi Delta Attention: Gated DeltaNet with one log-decay per key dimension.
 
@@ -175,9 +184,11 @@ def kda_attention(
       (2, 100, 4, 16)
     """
     method = "kda_attention"
-    g, beta = _inputs(method, query, key, value, g, beta, (key.shape[-1],))
+    g, beta = _inputs(method, query, key, value, bias, mask, is_causal,
+                      flax_kwargs, g, beta, (key.shape[-1],))
     return _run(method, query, key, value, bias, mask, g, beta, scale=scale,
                 is_causal=is_causal, chunk_size=chunk_size, qk_l2norm=qk_l2norm,
                 segment_ids=segment_ids, initial_state=initial_state,
                 return_final_state=return_final_state, query_seq_lengths=query_seq_lengths,
-                key_value_seq_lengths=key_value_seq_lengths, flax_kwargs=flax_kwargs)
+                key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
+                flax_kwargs=flax_kwargs)

@@ -49,13 +49,19 @@ class Heads(NamedTuple):
         return max(1, self.query // self.value)
 
 
-def check_heads(method: str, query: Array, key: Array, value: Array) -> Heads:
-    """Validates the layout, allowing grouped queries and grouped values.
+def check_call(method: str, query: Array, key: Array, value: Array, bias: Array | None,
+               mask: Array | None, is_causal: Any, flax_kwargs: dict[str, Any]) -> Heads:
+    """The checks every method of the family starts with, in the library's order: Flax's
+    keywords, Flax's decode call, the layout (grouped heads allowed), bias, causality.
 
     Raises:
-      spectral_jax.UsageError: ranks, batch dims or lengths differ; head counts that do not
-        divide as the module docstring says; query and key head_dim differ.
+      spectral_jax.UsageError: ranks, batch dims or lengths differ, an empty sequence, head
+        counts that do not group (module docstring), query and key head_dim differ, a bias.
+      spectral_jax.UnsupportedError: ``is_causal=False``; Flax's decode call (one query
+        against a cache: use ``decode_step``, which carries the state).
+      spectral_jax.UsageTypeError: non-float inputs, unknown keywords, a non-bool is_causal.
     """
+    _common.check_flax_kwargs(method, flax_kwargs)
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not hasattr(x, "ndim") or x.ndim < 3:
             raise UsageError(f"{method}(): `{name}` must have shape (batch..., length, heads, "
@@ -63,12 +69,16 @@ def check_heads(method: str, query: Array, key: Array, value: Array) -> Heads:
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise UsageTypeError(f"{method}(): `{name}` must be a floating array; got dtype "
                                  f"{x.dtype}.")
+    _common.reject_cache_query(method, query, key, mask)
+    if query.shape[-3] == 0 or key.shape[-3] == 0:
+        raise UsageError(f"{method}(): sequence lengths must be >= 1; got q_len="
+                         f"{query.shape[-3]}, kv_len={key.shape[-3]}.")
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
         raise UsageError(
             f"{method}(): query, key and value must share (batch..., length): the recurrence "
-            f"reads one key per query; got shapes {query.shape}, {key.shape}, {value.shape}.")
-    if query.shape[-3] == 0:
-        raise UsageError(f"{method}(): the sequence length must be >= 1; got 0.")
+            f"reads one key per query; got shapes {query.shape}, {key.shape}, {value.shape}. "
+            "To decode token by token use spectral_jax.attention.decode_step, which carries "
+            "the state.")
     if query.shape[-1] != key.shape[-1]:
         raise UsageError(f"{method}(): query and key head_dim differ: {query.shape[-1]} vs "
                          f"{key.shape[-1]}.")
@@ -81,6 +91,12 @@ def check_heads(method: str, query: Array, key: Array, value: Array) -> Heads:
             f"heads a multiple of value heads (grouped queries) or equal to the key heads with "
             f"value heads a multiple of them (grouped values); got query {heads.query}, key "
             f"{heads.key}, value {heads.value}.")
+    _common.reject_bias(method, bias)
+    _checks.boolean(f"{method}()", "is_causal", is_causal)
+    if not is_causal:
+        raise UnsupportedError(
+            f"{method}(): `is_causal=False` is not supported: the recurrence only looks back, "
+            "so it is causal by construction. Pass is_causal=True (the default).")
     return heads
 
 
@@ -158,9 +174,9 @@ def run(method: str, query: Array, key: Array, value: Array, mask: Array | None,
         g: Array, beta: Array | None, scale: Any, segment_ids: Any, chunk_size: int,
         is_causal: bool, query_seq_lengths: Any, key_value_seq_lengths: Any,
         initial_state: Array | None, return_final_state: bool, qk_l2norm: bool,
-        flax_kwargs: dict[str, Any], default_scale: float | None = None,
-        skip: Array | None = None) -> Any:
-    """Checks, prepares and runs one call of a linear-recurrent method.
+        flax_kwargs: dict[str, Any], head_chunk_size: int | None = None,
+        default_scale: float | None = None, skip: Array | None = None) -> Any:
+    """Prepares and runs one call of a linear-recurrent method (after :func:`check_call`).
 
     ``g`` is ``(batch..., n, H_v, K)`` (K = 1 or d_k) and ``beta`` ``(batch..., n, H_v)`` or
     None, both already broadcast and range-checked by the method. Returns the output
@@ -168,12 +184,7 @@ def run(method: str, query: Array, key: Array, value: Array, mask: Array | None,
     ``return_final_state`` the float32 (or wider) final state ``(batch..., H_v, d_k, d_v)``.
     ``skip``: ``(batch..., n, H_v, d_v)`` added to valid outputs (Mamba-2's D·x).
     """
-    _common.check_flax_kwargs(method, flax_kwargs)
-    _checks.boolean(f"{method}()", "is_causal", is_causal)
-    if not is_causal:
-        raise UnsupportedError(
-            f"{method}(): `is_causal=False` is not supported: the recurrence only looks back, "
-            "so it is causal by construction. Pass is_causal=True (the default).")
+    del is_causal, flax_kwargs  # checked by check_call
     _checks.positive_int(f"{method}()", "chunk_size", chunk_size)
     _checks.boolean(f"{method}()", "return_final_state", return_final_state)
     _checks.boolean(f"{method}()", "qk_l2norm", qk_l2norm)
@@ -216,7 +227,8 @@ def run(method: str, query: Array, key: Array, value: Array, mask: Array | None,
                          .astype(ct), 0.0)
     reset = resets(method, segment_ids, batch_shape, n)
     call = Call(jnp.moveaxis(q, 1, 3), k, v, g, beta, reset, query_valid)
-    out, final = _lift(call, state0, scale=p.scale, chunk_size=chunk_size)
+    chunk = _common.resolve_head_chunk_size(method, head_chunk_size, b * heads.state, n)
+    out, final = _lift(call, state0, scale=p.scale, chunk_size=chunk_size, head_chunk=chunk)
     if skip is not None:
         skip = jnp.repeat(skip.reshape(b, n, heads.state, d_v), heads.out // heads.state, 2)
         out = out + jnp.swapaxes(skip, 1, 2)
@@ -228,11 +240,11 @@ def run(method: str, query: Array, key: Array, value: Array, mask: Array | None,
     return out
 
 
-def _lift(call: Call, state0: Array, *, scale: Any, chunk_size: int) -> tuple[Array, Array]:
+def _lift(call: Call, state0: Array, *, scale: Any, chunk_size: int,
+          head_chunk: int) -> tuple[Array, Array]:
     """The chunked core over batch and state heads: ``(B, H_out, n, d_v)`` and the final
-    states ``(B, H_s, d_k, d_v)``."""
-    beta_axis = None if call.beta is None else 0
-
+    states ``(B, H_s, d_k, d_v)``. ``head_chunk`` (example, state head) slices run at once;
+    fewer than all run by ``jax.lax.map``, each step rematerialised in the backward pass."""
     def head(q, k, v, g, beta, reset, s0):
         chunks, n = _chunk.chunk_quantities(q, k, v, g, beta, reset, scale=scale,
                                             chunk_size=chunk_size)
@@ -241,10 +253,17 @@ def _lift(call: Call, state0: Array, *, scale: Any, chunk_size: int) -> tuple[Ar
         out, final = _chunk.run_chunks(chunks, s0)
         return out[:, :n], final
 
-    over_heads = jax.vmap(head, in_axes=(0, 0, 0, 0, beta_axis, None, 0))
-    out, final = jax.vmap(over_heads)(call.q, call.k, call.v, call.g, call.beta, call.reset,
-                                      state0)
-    b, h_s, g_q = out.shape[:3]
+    b, h_s = call.k.shape[:2]
+    reset = jnp.broadcast_to(call.reset[:, None], (b, h_s, call.reset.shape[-1]))
+    operands = (call.q, call.k, call.v, call.g, call.beta, reset, state0)
+    if head_chunk >= b * h_s:
+        out, final = jax.vmap(jax.vmap(head))(*operands)
+    else:
+        flat = jax.tree.map(lambda x: x.reshape(b * h_s, *x.shape[2:]), operands)
+        out, final = jax.lax.map(jax.checkpoint(lambda xs: head(*xs)), flat,
+                                 batch_size=head_chunk if head_chunk > 1 else None)
+        out, final = (x.reshape(b, h_s, *x.shape[1:]) for x in (out, final))
+    g_q = out.shape[2]
     return out.reshape(b, h_s * g_q, *out.shape[3:]), final
 
 

@@ -19,9 +19,8 @@ from spectral_jax.attention.recurrent import _family
 Array = jax.Array
 
 
-def _log_decay(method: str, name: str, g: Any, query: Array, key: Array, value: Array,
+def _log_decay(method: str, name: str, g: Any, query: Array, heads: _family.Heads,
                trailing: tuple[int, ...]) -> Array:
-    heads = _family.check_heads(method, query, key, value)
     g = _family.per_state(method, name, g, query.shape[:-3], query.shape[-3], heads.state,
                           trailing)
     _family.check_range(method, name, g, -math.inf, 0.0,
@@ -35,7 +34,7 @@ def gla_attention(
     is_causal: bool = True, chunk_size: int = 16, segment_ids: Array | None = None,
     initial_state: Array | None = None, return_final_state: bool = False,
     query_seq_lengths: Array | None = None, key_value_seq_lengths: Array | None = None,
-    **flax_kwargs: Any,
+    head_chunk_size: int | None = None, **flax_kwargs: Any,
 ) -> Any:
     """Gated linear attention: a state decayed per key dimension by data-dependent gates.
 
@@ -87,14 +86,15 @@ def gla_attention(
       (2, 100, 4, 16)
     """
     method = "gla_attention"
-    _common.reject_bias(method, bias)
+    heads = _family.check_call(method, query, key, value, bias, mask, is_causal, flax_kwargs)
     # A trailing dim of 1 is one decay per head (simple GLA's special case).
     width = 1 if getattr(g, "ndim", 0) and g.shape[-1] == 1 else key.shape[-1]
-    g = _log_decay(method, "g", g, query, key, value, (width,))
+    g = _log_decay(method, "g", g, query, heads, (width,))
     return _family.run(
         method, query, key, value, mask, g=g, beta=None, scale=scale, segment_ids=segment_ids,
         chunk_size=chunk_size, is_causal=is_causal, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, initial_state=initial_state,
+        key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
+        initial_state=initial_state,
         return_final_state=return_final_state, qk_l2norm=False, flax_kwargs=flax_kwargs)
 
 
@@ -104,7 +104,7 @@ def simple_gla_attention(
     is_causal: bool = True, chunk_size: int = 64, segment_ids: Array | None = None,
     initial_state: Array | None = None, return_final_state: bool = False,
     query_seq_lengths: Array | None = None, key_value_seq_lengths: Array | None = None,
-    **flax_kwargs: Any,
+    head_chunk_size: int | None = None, **flax_kwargs: Any,
 ) -> Any:
     """Simple GLA: one data-dependent log-decay per head and token (fla's
     ``chunk_simple_gla(q, k, v, g)``), S_t = e^{g_t} S_{t−1} + k_t v_tᵀ.
@@ -123,12 +123,13 @@ def simple_gla_attention(
       (2, 100, 4, 16)
     """
     method = "simple_gla_attention"
-    _common.reject_bias(method, bias)
-    g = _log_decay(method, "g", g, query, key, value, ())[..., None]
+    heads = _family.check_call(method, query, key, value, bias, mask, is_causal, flax_kwargs)
+    g = _log_decay(method, "g", g, query, heads, ())[..., None]
     return _family.run(
         method, query, key, value, mask, g=g, beta=None, scale=scale, segment_ids=segment_ids,
         chunk_size=chunk_size, is_causal=is_causal, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, initial_state=initial_state,
+        key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
+        initial_state=initial_state,
         return_final_state=return_final_state, qk_l2norm=False, flax_kwargs=flax_kwargs)
 
 
@@ -150,7 +151,7 @@ def retnet_attention(
     chunk_size: int = 64, segment_ids: Array | None = None,
     initial_state: Array | None = None, return_final_state: bool = False,
     query_seq_lengths: Array | None = None, key_value_seq_lengths: Array | None = None,
-    **flax_kwargs: Any,
+    head_chunk_size: int | None = None, **flax_kwargs: Any,
 ) -> Any:
     """Retention (RetNet): simple GLA with the fixed decay γ_h = 1 − 2^{−5−h} of state head h.
 
@@ -170,12 +171,12 @@ def retnet_attention(
       (2, 100, 4, 16)
     """
     method = "retnet_attention"
-    _common.reject_bias(method, bias)
-    heads = _family.check_heads(method, query, key, value)
+    heads = _family.check_call(method, query, key, value, bias, mask, is_causal, flax_kwargs)
     g = jnp.broadcast_to(retnet_decays(heads.state, _common.compute_dtype(query.dtype))[:, None],
                          (*query.shape[:-3], query.shape[-3], heads.state, 1))
     return _family.run(
         method, query, key, value, mask, g=g, beta=None, scale=scale, segment_ids=segment_ids,
         chunk_size=chunk_size, is_causal=is_causal, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, initial_state=initial_state,
+        key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
+        initial_state=initial_state,
         return_final_state=return_final_state, qk_l2norm=False, flax_kwargs=flax_kwargs)

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax import UsageError
+from spectral_jax import UsageError, _checks
 from spectral_jax.attention import _common
 from spectral_jax.attention.recurrent import _family
 
@@ -35,7 +35,7 @@ def mamba2_attention(
     is_causal: bool = True, chunk_size: int = 64, segment_ids: Array | None = None,
     initial_state: Array | None = None, return_final_state: bool = False,
     query_seq_lengths: Array | None = None, key_value_seq_lengths: Array | None = None,
-    **flax_kwargs: Any,
+    head_chunk_size: int | None = None, **flax_kwargs: Any,
 ) -> Any:
     """Mamba-2's selective state-space layer core (SSD) in attention form.
 
@@ -84,8 +84,7 @@ def mamba2_attention(
       (2, 100, 4, 8)
     """
     method = "mamba2_attention"
-    _common.reject_bias(method, bias)
-    heads = _family.check_heads(method, query, key, value)
+    heads = _family.check_call(method, query, key, value, bias, mask, is_causal, flax_kwargs)
     batch_shape, n = query.shape[:-3], query.shape[-3]
     dt = _family.per_state(method, "dt", dt, batch_shape, n, heads.state)
     a = _per_head(method, "A", A, heads.state, None)
@@ -94,7 +93,7 @@ def mamba2_attention(
     dt = dt.astype(ct)
     if dt_bias is not None:
         dt = dt + _per_head(method, "dt_bias", dt_bias, heads.state, None).astype(ct)
-    if dt_softplus:
+    if _checks.boolean(f"{method}()", "dt_softplus", dt_softplus):
         dt = jnp.where(dt > 20.0, dt, jax.nn.softplus(dt))
     dt = jnp.clip(dt, *dt_limit)
     _family.check_range(method, "dt", dt, 0.0, math.inf, "a step size, after dt_bias and "
@@ -109,5 +108,6 @@ def mamba2_attention(
         method, query, key, x * dt[..., None], mask, g=g, beta=None, skip=skip,
         scale=scale, segment_ids=segment_ids, chunk_size=chunk_size, is_causal=is_causal,
         query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
-        initial_state=initial_state, return_final_state=return_final_state, qk_l2norm=False,
+        head_chunk_size=head_chunk_size, initial_state=initial_state,
+        return_final_state=return_final_state, qk_l2norm=False,
         flax_kwargs=flax_kwargs, default_scale=1.0)
