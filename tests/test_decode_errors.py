@@ -31,7 +31,7 @@ def test_a_method_without_a_causal_form_names_those_with_one():
     assert str(info.value) == (
         "prefill(): attention='linformer' has no causal form, so it cannot decode token by "
         "token. Methods that decode: softmax, linear, performer, gated_linear, "
-        "memory_compressed, local.")
+        "memory_compressed, local, gla, retnet, mamba2, deltanet, gated_deltanet.")
 
 
 def test_prompt_and_lengths_are_checked_against_the_cache():

@@ -44,49 +44,50 @@ def _inputs(name: str, seed: int = 0):
     if name == "memory_compressed":  # learned-like weights, not pure pooling
         w = 0.3 * jax.random.normal(ks[3], (H, 3, D, D))
         kwargs.update(key_conv=w + kwargs["key_conv"], value_conv=w[::-1] + kwargs["value_conv"])
-    gates = None
-    if "gates" in kwargs:
-        gates = jax.nn.sigmoid(2.0 + jax.random.normal(ks[3], (B, n, H)))
-        kwargs.pop("gates")
-    return q, k, v, kwargs, gates
+    # The per-token arguments (RFA-Gate's gates, the recurrent family's g, β, Δ), one row per
+    # example and head, passed to prefill for the prompt and to decode_step token by token.
+    tokens = {}
+    for arg, axis, _ in spec.token_arrays:
+        x = kwargs.pop(arg)
+        tokens[arg] = jnp.broadcast_to(x, (B, n, H, *x.shape[x.ndim + axis + 2:]))
+    if "gates" in tokens:
+        tokens["gates"] = jax.nn.sigmoid(2.0 + jax.random.normal(ks[3], (B, n, H)))
+    return q, k, v, kwargs, tokens
 
 
-def _decode(name: str, q, k, v, kwargs, gates, *, jit: bool):
+def _decode(name: str, q, k, v, kwargs, tokens, *, jit: bool):
     """Prefill the first LENGTHS[b] tokens of example b, then step through the rest."""
     index = jnp.clip(jnp.asarray(LENGTHS)[:, None] + jnp.arange(T - LENGTHS.min())[None], 0,
                      T - 1)  # (B, steps): the position example b writes at each step
     take = lambda x: jnp.take_along_axis(  # noqa: E731
         x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
-    extra = {} if gates is None else {"gates": gates[:, :P]}
-
-    def run(q, k, v, gates):
+    def run(q, k, v, tokens):
         out, state = prefill(name, q[:, :P], k[:, :P], v[:, :P], max_length=T,
-                             lengths=jnp.asarray(LENGTHS), **kwargs, **extra)
+                             lengths=jnp.asarray(LENGTHS), **kwargs,
+                             **{n: x[:, :P] for n, x in tokens.items()})
         valid = jnp.asarray(LENGTHS)[:, None] + jnp.arange(index.shape[1])[None] < T
 
         def body(state, xs):
-            qt, kt, vt, gt, ok = xs
-            step_extra = {} if gates is None else {"gates": gt[:, None]}
+            qt, kt, vt, tt, ok = xs
             y, state = decode_step(state, qt[:, None], kt[:, None], vt[:, None], valid=ok,
-                                   **kwargs, **step_extra)
+                                   **kwargs, **{n: x[:, None] for n, x in tt.items()})
             return state, y[:, 0]
 
-        gs = jnp.zeros((B, index.shape[1], H)) if gates is None else take(gates)
-        xs = tuple(jnp.swapaxes(x, 0, 1) for x in (take(q), take(k), take(v), gs, valid))
-        state, ys = jax.lax.scan(body, state, xs)
+        tt = {n: jnp.swapaxes(take(x), 0, 1) for n, x in tokens.items()}
+        xs = tuple(jnp.swapaxes(x, 0, 1) for x in (take(q), take(k), take(v)))
+        state, ys = jax.lax.scan(body, state, (*xs, tt, jnp.swapaxes(valid, 0, 1)))
         return out, jnp.swapaxes(ys, 0, 1), state
 
-    return (jax.jit(run) if jit else run)(q, k, v, gates)
+    return (jax.jit(run) if jit else run)(q, k, v, tokens)
 
 
 @pytest.mark.parametrize("name", DECODE)
 def test_prefill_and_steps_equal_the_parallel_causal_run(name):
-    q, k, v, kwargs, gates = _inputs(name)
-    extra = {} if gates is None else {"gates": gates}
+    q, k, v, kwargs, tokens = _inputs(name)
     # Causal: rows < T do not depend on the tail; memory_compressed's do not either once
     # the tail completes the last slot, which is what a decoder sees (see its decode form).
-    full = ATTENTIONS[name].fn(q, k, v, is_causal=True, **kwargs, **extra)[:, :T]
-    out, steps, state = _decode(name, q, k, v, kwargs, gates, jit=True)
+    full = ATTENTIONS[name].fn(q, k, v, is_causal=True, **kwargs, **tokens)[:, :T]
+    out, steps, state = _decode(name, q, k, v, kwargs, tokens, jit=True)
     scale = float(jnp.max(jnp.abs(full)))
     for b, length in enumerate(LENGTHS):
         np.testing.assert_allclose(out[b, :length], full[b, :length], rtol=1e-5,
@@ -101,17 +102,15 @@ def test_prefill_and_steps_equal_the_parallel_causal_run(name):
 
 @pytest.mark.parametrize("name", DECODE)
 def test_steps_from_an_empty_state_equal_the_parallel_run(name):
-    q, k, v, kwargs, gates = _inputs(name, seed=1)
-    extra = {} if gates is None else {"gates": gates}
-    full = ATTENTIONS[name].fn(q, k, v, is_causal=True, **kwargs, **extra)[:, :T]
+    q, k, v, kwargs, tokens = _inputs(name, seed=1)
+    full = ATTENTIONS[name].fn(q, k, v, is_causal=True, **kwargs, **tokens)[:, :T]
     state = init_decode_state(name, batch_shape=(B,), max_length=T, num_heads=H, head_dim=D,
                               **{n: a for n, a in kwargs.items() if n != "chunk_size"})
-    step = jax.jit(lambda s, qt, kt, vt, g: decode_step(
-        s, qt, kt, vt, **kwargs, **({} if g is None else {"gates": g})))
+    step = jax.jit(lambda s, qt, kt, vt, tt: decode_step(s, qt, kt, vt, **kwargs, **tt))
     rows = []
     for t in range(T):
         y, state = step(state, q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1],
-                        None if gates is None else gates[:, t:t + 1])
+                        {n: x[:, t:t + 1] for n, x in tokens.items()})
         rows.append(y)
     scale = float(jnp.max(jnp.abs(full)))
     np.testing.assert_allclose(jnp.concatenate(rows, 1), full, rtol=1e-5, atol=1e-5 * scale)

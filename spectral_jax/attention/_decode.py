@@ -42,6 +42,7 @@ from spectral_jax.attention._decode_recurrent import (
     RANDOM_FEATURE_STATE,
 )
 from spectral_jax.attention._registry import ATTENTIONS, AttentionSpec, get_attention_spec
+from spectral_jax.attention.recurrent._decode import RECURRENT_STATE
 
 Array = jax.Array
 
@@ -53,6 +54,7 @@ DECODE_FORMS: dict[str, DecodeForm] = {
     "random_feature_state": RANDOM_FEATURE_STATE,
     "gated_state": GATED_STATE,
     "compressed_memory": COMPRESSED_MEMORY,
+    "recurrent_state": RECURRENT_STATE,
 }
 
 # fn parameters that decoding sets itself.
@@ -181,7 +183,9 @@ def init_decode_state(
     v_head_dim = head_dim if v_head_dim is None else _checks.positive_int(
         caller, "v_head_dim", v_head_dim)
     batch_shape = tuple(int(b) for b in batch_shape)
-    params = method_params(spec, caller, kwargs, required=state_arguments(spec, with_gates=False))
+    # The recurrent family's state is sized by the layout alone: its gates come per token.
+    required = () if form.uses_fn else state_arguments(spec, with_gates=False)
+    params = method_params(spec, caller, kwargs, required=required)
     b = math.prod(batch_shape)
     arrays = form.init(b, num_heads, head_dim, v_head_dim, max_length, dtype, params)
     return DecodeState(
@@ -193,12 +197,25 @@ def flat_batch(x: Array, batch_shape: tuple[int, ...]) -> Array:
     return x.reshape(math.prod(batch_shape), *x.shape[len(batch_shape):])
 
 
-def flat_gates(params: dict[str, Any], key: Array) -> dict[str, Any]:
-    """RFA-Gate's gates, ``(batch..., n, heads)`` with batch/heads possibly 1, flattened."""
-    if params.get("gates") is None:
-        return params
-    gates = jnp.broadcast_to(jnp.asarray(params["gates"]), key.shape[:-1])
-    return {**params, "gates": gates.reshape(-1, *key.shape[-3:-1])}
+def flat_token_arrays(spec: AttentionSpec, params: dict[str, Any],
+                      key: Array) -> dict[str, Any]:
+    """The per-token arguments (the registry entry's ``token_arrays``: RFA-Gate's gates, the
+    recurrent family's g, β, Δ), their batch dims broadcast to key's and flattened to B."""
+    batch_shape = key.shape[:-3]
+    flat = dict(params)
+    for name, axis, batched in spec.token_arrays:
+        if not batched or params.get(name) is None:
+            continue
+        x = jnp.asarray(params[name])
+        trailing = x.shape[x.ndim + axis:]
+        flat[name] = jnp.broadcast_to(x, (*batch_shape, *trailing)).reshape(-1, *trailing)
+    return flat
+
+
+def token_arrays_of(spec: AttentionSpec, flat_params: dict[str, Any]) -> list[Array]:
+    """The flattened per-token arguments present in ``flat_params``, for the finite check."""
+    return [flat_params[n] for n, _, batched in spec.token_arrays
+            if batched and flat_params.get(n) is not None]
 
 
 def finite_rows(valid: Array, *xs: Array) -> Array:
@@ -282,22 +299,24 @@ def prefill(
     in_range = (lengths.reshape(-1) >= 0) & (lengths.reshape(-1) <= p)
     flat_lengths = jnp.clip(lengths.reshape(-1), 0, p).astype(jnp.int32)
     clipped = flat_lengths.reshape(batch_shape)
-    flat_params = flat_gates(params, key)
+    flat_params = flat_token_arrays(spec, params, key)
     valid = jnp.arange(p)[None, :] < flat_lengths[:, None]
-    checked = [k, v] + ([flat_params["gates"]] if "gates" in flat_params
-                        and flat_params["gates"] is not None else [])
-    finite = finite_rows(valid, *checked)
+    finite = finite_rows(valid, k, v, *token_arrays_of(spec, flat_params))
     if is_concrete(finite) and not bool(np.all(finite)):
         raise UsageError(f"{caller}: examples {np.flatnonzero(~np.asarray(finite)).tolist()} "
                          "have a non-finite key, value or gate in their prompt; it would "
                          "enter the decoding state.")
+    ok = (finite & in_range).reshape(batch_shape)
+    if form.uses_fn:
+        out, arrays = form.prefill(spec.fn, query, key, value, clipped, params)
+        out = jnp.where(ok.reshape(*batch_shape, 1, 1, 1), out, jnp.nan)
+        return out.astype(query.dtype), DecodeState(method, max_length, clipped, ok, arrays)
     if form.outputs is not None:
         out = form.outputs(q, k, v, flat_lengths, flat_params)
         out = out.reshape(*batch_shape, *out.shape[1:])
     else:
         out = spec.fn(query, key, value, is_causal=True, query_seq_lengths=clipped,
                       key_value_seq_lengths=clipped, **kwargs)
-    ok = (finite & in_range).reshape(batch_shape)
     out = jnp.where(ok.reshape(*batch_shape, 1, 1, 1), out, jnp.nan)
     arrays = form.prefill(q, k, v, flat_lengths, max_length, flat_params)
     state = DecodeState(method, max_length, clipped, ok,

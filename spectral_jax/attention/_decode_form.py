@@ -34,6 +34,10 @@ class DecodeForm(NamedTuple):
       summary: one line for docs and error messages: what the state holds.
       outputs: ``(q, k, v, lengths, params) -> (B, P, H, d_v)``, the prompt's outputs when
         they are not the method's parallel causal call (None: that call).
+      uses_fn: the form runs the method's own function (the linear-recurrent family, whose
+        function returns its final state): then ``prefill`` is ``(fn, query, key, value,
+        lengths, params) -> (out, arrays)`` on the unflattened batch, and ``step`` takes
+        ``fn`` first.
     """
 
     init: Callable[..., dict[str, Array]]
@@ -41,6 +45,7 @@ class DecodeForm(NamedTuple):
     step: Callable[..., tuple[Array, dict[str, Array]]]
     summary: str
     outputs: Callable[..., Array] | None = None
+    uses_fn: bool = False
 
 
 def lift_step(core: Callable[..., tuple[Array, dict[str, Array]]], arrays: dict[str, Array],

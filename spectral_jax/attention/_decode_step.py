@@ -19,10 +19,11 @@ from spectral_jax.attention._decode import (
     decode_form,
     finite_rows,
     flat_batch,
-    flat_gates,
+    flat_token_arrays,
     is_concrete,
     method_params,
     state_arguments,
+    token_arrays_of,
 )
 
 Array = jax.Array
@@ -96,13 +97,11 @@ def decode_step(
     if valid.shape != batch_shape or valid.dtype != jnp.bool_:
         raise UsageError(f"{caller}: `valid` must be a bool array of shape {batch_shape}; "
                          f"got {valid.dtype} {valid.shape}.")
-    flat_params = flat_gates(params, key)
+    flat_params = flat_token_arrays(spec, params, key)
     q, k, v = (flat_batch(x, batch_shape)[:, 0] for x in (query, key, value))
     position, ok, want = (x.reshape(b) for x in (state.position, state.ok, valid))
-    checked = [k[:, None], v[:, None]]
-    if flat_params.get("gates") is not None:
-        checked.append(flat_params["gates"])
-    finite = finite_rows(want[:, None], *checked)
+    finite = finite_rows(want[:, None], k[:, None], v[:, None],
+                         *token_arrays_of(spec, flat_params))
     full = want & (position >= state.max_length)
     if is_concrete(full, finite):
         if bool(np.any(full)):
@@ -117,7 +116,8 @@ def decode_step(
     arrays = {n: flat_batch(a, batch_shape) for n, a in state.arrays.items()}
     next_ok = ok & ~full & finite
     write = want & next_ok
-    out, new = form.step(arrays, position, write, q, k, v, flat_params)
+    step = (lambda *a: form.step(spec.fn, *a)) if form.uses_fn else form.step
+    out, new = step(arrays, position, write, q, k, v, flat_params)
     arrays = {n: new[n].reshape(state.arrays[n].shape) for n in arrays}
     out = jnp.where(next_ok[:, None, None], out, jnp.nan)
     out = jnp.where(want[:, None, None], out, 0.0).astype(query.dtype)
