@@ -81,7 +81,7 @@ def test_decode_needs_a_method_with_a_decode_form():
     assert str(info.value) == (
         "MultiHeadAttention(decode=True): attention='nystrom' has no causal form, so it "
         "cannot decode token by token. Methods that decode: softmax, linear, performer, "
-        "gated_linear, memory_compressed, local.")
+        "gated_linear, memory_compressed, local, gla, retnet, mamba2, deltanet, gated_deltanet.")
     with pytest.raises(UnsupportedError, match="pass is_causal=True"):
         MultiHeadAttention(H, E, attention="softmax", decode=True, rngs=nnx.Rngs(0))
 

@@ -39,7 +39,8 @@ def init_state(layer: Any, input_shape: tuple[int, ...], dtype: Any) -> Any:
             f"in_features) with in_features={layer.in_features}; got {input_shape}.")
     batch, max_length = shape[:-2], shape[-2]
     kwargs = state_kwargs(layer, jnp.zeros((*batch, 1, layer.in_features), dtype))
-    kwargs.pop("gates", None)  # per token, not part of the state's layout
+    for name, _, _ in _attention.get_attention_spec(layer.attention).token_arrays:
+        kwargs.pop(name, None)  # per token, not part of the state's layout
     return _attention.init_decode_state(
         layer.attention, batch_shape=batch, max_length=max_length, num_heads=layer.num_heads,
         head_dim=layer.head_dim, dtype=dtype, **kwargs)
@@ -75,24 +76,25 @@ def positions(state: Any, valid: Array) -> Array:
 def decode_tokens(state: Any, query: Array, key: Array, value: Array, valid: Array,
                   kwargs: dict[str, Any]) -> tuple[Array, Any]:
     """Feeds the ``q_len`` tokens of ``(batch..., q_len, heads, d)`` inputs one by one."""
-    gates = kwargs.pop("gates", None)
+    # The per-token arguments (gates, g, β, Δ) travel with their token.
+    spec = _attention.get_attention_spec(state.method)
+    tokens = {name: (kwargs.pop(name), axis) for name, axis, batched in spec.token_arrays
+              if batched and kwargs.get(name) is not None}
     if query.shape[-3] == 1:
-        extra = {} if gates is None else {"gates": gates}
         out, state = _attention.decode_step(state, query, key, value, valid=valid[..., 0],
-                                            **kwargs, **extra)
+                                            **kwargs, **{n: x for n, (x, _) in tokens.items()})
         return out, state
     axis = query.ndim - 3
     xs = [jnp.moveaxis(x, axis, 0)[:, ..., None, :, :] for x in (query, key, value)]
     xs.append(jnp.moveaxis(valid, -1, 0))
-    if gates is not None:
-        xs.append(jnp.moveaxis(gates, -2, 0)[..., None, :])
+    per_token = {n: jnp.moveaxis(x, x.ndim + a, 0) for n, (x, a) in tokens.items()}
 
     def body(state, token):
-        extra = {} if gates is None else {"gates": token[4]}
-        y, state = _attention.decode_step(state, *token[:3], valid=token[3], **kwargs,
-                                          **extra)
+        q, k, v, ok, extra = token
+        extra = {n: jnp.expand_dims(x, x.ndim + tokens[n][1] + 1) for n, x in extra.items()}
+        y, state = _attention.decode_step(state, q, k, v, valid=ok, **kwargs, **extra)
         return state, y
-    state, ys = jax.lax.scan(body, state, tuple(xs))
+    state, ys = jax.lax.scan(body, state, (*xs, per_token))
     return jnp.moveaxis(ys[..., 0, :, :], 0, axis), state
 
 

@@ -169,9 +169,10 @@ def run_chunks(chunks: Chunks, state: Array) -> tuple[Array, Array]:
     return jnp.moveaxis(out, 1, 0).reshape(g, -1, out.shape[-1]), final
 
 
-def transition(chunks: Chunks) -> Array:
+def transition(chunks: Chunks, identity: Array | None = None) -> Array:
     """The map from the entering state to the leaving one, S_end = M S₀ + S_ext: M as
-    ``(K,)`` (additive: a diagonal) or ``(d_k, d_k)`` (delta rule)."""
+    ``(K,)`` (additive: a diagonal) or ``(d_k, d_k)`` (delta rule, by running the chunks'
+    state pass on ``identity``, the d_k × d_k identity; None builds it)."""
     if chunks.w is None:
         return jnp.prod(chunks.decay, axis=0)
 
@@ -179,7 +180,9 @@ def transition(chunks: Chunks) -> Array:
         return _decay_state(chunk.decay, m) - chunk.k_out.T @ (chunk.w @ m), None
 
     d_k = chunks.w.shape[-1]
-    m, _ = jax.lax.scan(step, jnp.eye(d_k, dtype=chunks.w.dtype), chunks)
+    if identity is None:
+        identity = jnp.eye(d_k, dtype=chunks.w.dtype)
+    m, _ = jax.lax.scan(step, identity, chunks)
     return m
 
 
@@ -188,8 +191,11 @@ def apply_transition(m: Array, state: Array) -> Array:
     return _decay_state(m, state) if m.ndim == 1 else m @ state
 
 
-def leaving_state(chunks: Chunks) -> Array:
-    """S_ext: the state a zero entering state leaves after these chunks."""
-    d_k, d_v = chunks.k_out.shape[-1], chunks.values.shape[-1]
-    _, final = run_chunks(chunks, jnp.zeros((d_k, d_v), chunks.values.dtype))
+def leaving_state(chunks: Chunks, zeros: Array | None = None) -> Array:
+    """S_ext: the state that ``zeros`` (a zero entering state; None builds it) leaves after
+    these chunks."""
+    if zeros is None:
+        d_k, d_v = chunks.k_out.shape[-1], chunks.values.shape[-1]
+        zeros = jnp.zeros((d_k, d_v), chunks.values.dtype)
+    _, final = run_chunks(chunks, zeros)
     return final

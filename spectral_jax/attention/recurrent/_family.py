@@ -273,7 +273,12 @@ def _entering_state(chunks: _chunk.Chunks, s0: Array) -> Array:
     every shard's (M, S_ext), then a fold over the shards before this one. Traffic per head:
     P·(d_k·d_v + size(M)), M a d_k (or 1) vector, or d_k × d_k for the delta rule."""
     shard = _seq.active()
-    summary = (_chunk.transition(chunks), _chunk.leaving_state(chunks))
+    # Scan carries start as values that vary over the shards, as the chunks they meet do.
+    d_k = chunks.k_out.shape[-1]
+    axes = (shard.axis_name,) + ((shard.batch_axis,) if shard.batch_axis else ())
+    varying = lambda x: jax.lax.pcast(x, axes, to="varying")  # noqa: E731
+    summary = (_chunk.transition(chunks, varying(jnp.eye(d_k, dtype=s0.dtype))),
+               _chunk.leaving_state(chunks, varying(jnp.zeros(s0.shape, s0.dtype))))
     every = jax.lax.all_gather(summary, shard.axis_name)
     index = jax.lax.axis_index(shard.axis_name)
     state = s0
