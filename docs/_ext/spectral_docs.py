@@ -31,6 +31,8 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "summary": ("Learned summaries: inducing points and Luna", ("inducing_points", "luna")),
     "sparse": ("Sparse and clustered: clustered, ProbSparse, local",
                ("clustered", "improved_clustered", "probsparse", "local")),
+    "recurrent": ("Linear-recurrent: GLA, RetNet, Mamba-2, DeltaNet, Gated DeltaNet",
+                  ("gla", "retnet", "mamba2", "deltanet", "gated_deltanet")),
 }
 
 METHOD_COLUMNS = ("registry name", "function", "source", "cost per head", "causal",

@@ -57,6 +57,15 @@ from spectral_jax.attention._spectral_shift import (
 )
 from spectral_jax.attention._state import LINFORMER_SHARING, STATE_KINDS, StateKind
 from spectral_jax.attention._symmetric import symmetric_spectral_shift_attention
+from spectral_jax.attention.recurrent import (
+    deltanet_attention,
+    gated_deltanet_attention,
+    gla_attention,
+    kda_attention,
+    mamba2_attention,
+    retnet_attention,
+    simple_gla_attention,
+)
 
 __all__ = [
     "ATTENTIONS",
@@ -78,19 +87,24 @@ __all__ = [
     "clustered_attention",
     "decode_methods",
     "decode_step",
+    "deltanet_attention",
+    "gated_deltanet_attention",
     "gated_linear_attention",
     "get_attention",
     "get_attention_spec",
+    "gla_attention",
     "improved_clustered_attention",
     "inducing_points_attention",
     "init_decode_state",
     "iterative_pinv",
+    "kda_attention",
     "kernelized_attention",
     "linear_attention",
     "linformer_attention",
     "local_attention",
     "luna_attention",
     "luna_pack",
+    "mamba2_attention",
     "mean_pool_conv",
     "memory_compressed_attention",
     "nystrom_attention",
@@ -100,7 +114,9 @@ __all__ = [
     "probsparse_attention",
     "reference_attention",
     "resolve_head_chunk_size",
+    "retnet_attention",
     "segment_means",
+    "simple_gla_attention",
     "skyformer_attention",
     "softmax_attention",
     "spectral_shift_attention",

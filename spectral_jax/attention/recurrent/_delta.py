@@ -61,9 +61,11 @@ def deltanet_attention(
     same numbers as fla's ``chunk_delta_rule(q, k, v, beta, scale)``.
 
     Args:
-      query, key, value, mask, scale, is_causal, chunk_size, segment_ids, initial_state,
-        return_final_state, query_seq_lengths, key_value_seq_lengths, **flax_kwargs: as
-        :func:`spectral_jax.attention.recurrent.gla_attention`.
+      query, key, value: as :func:`spectral_jax.attention.recurrent.gla_attention`.
+      mask, scale, is_causal, chunk_size, segment_ids: as ``gla_attention``.
+      initial_state, return_final_state: as ``gla_attention``.
+      query_seq_lengths, key_value_seq_lengths, head_chunk_size: as ``gla_attention``.
+      **flax_kwargs: as ``gla_attention``.
       bias: must be None.
       beta: float ``(batch..., n, H_v)`` in [0, 2] (σ(x), or 2σ(x) to allow negative
         eigenvalues); batch and heads may be 1.

@@ -62,6 +62,8 @@ def gla_attention(
       initial_state: optional ``(batch..., H_v, d_k, d_v)`` S_0.
       return_final_state: also return the float32 state after the last token.
       query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)`` valid lengths.
+      head_chunk_size: (example, state head) slices computed at once (as every method's);
+        None: all on accelerators, about 4096 tokens' worth per step on CPU.
       **flax_kwargs: Flax ``attention_fn`` keywords; weight dropout asked for raises.
 
     Returns:

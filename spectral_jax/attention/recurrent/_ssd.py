@@ -61,8 +61,10 @@ def mamba2_attention(
       dt_softplus: apply softplus to dt + dt_bias (Mamba-2's module does).
       dt_limit: Δ is clamped to this range.
       scale: s; None means 1 (SSD has no logit scale).
-      is_causal, chunk_size, segment_ids, initial_state, return_final_state,
-        query_seq_lengths, key_value_seq_lengths, **flax_kwargs: as ``gla_attention``.
+      is_causal, chunk_size, segment_ids: as ``gla_attention``.
+      initial_state, return_final_state: as ``gla_attention``.
+      query_seq_lengths, key_value_seq_lengths, head_chunk_size: as ``gla_attention``.
+      **flax_kwargs: as ``gla_attention``.
 
     Returns:
       y ``(batch..., n, H, P)`` in query's dtype (and the final state ``(batch..., H, N, P)``
