@@ -33,7 +33,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import solve_triangular
 
 Array = jax.Array
 
@@ -73,6 +72,19 @@ def _pair(x: Array, y: Array, weights: Array) -> Array:
     return jnp.einsum("rd,jd,rjd->rj", x, y, weights)
 
 
+def _unit_lower_solve(lower: Array, rhs: Array) -> Array:
+    """X with (I + L) X = rhs for a strictly lower-triangular L ``(C, C)``: forward
+    substitution, one row a step (rows not yet solved are still zero, so row r reads only
+    the rows before it). Matmul-free rows keep it exact to rounding, and a scan of C steps
+    batches over every chunk and head at once; XLA:CPU's triangular-solve kernel could stall
+    the runtime when two training steps were in flight."""
+    def row(x, r):
+        return x.at[r].set(rhs[r] - lower[r] @ x), None
+
+    solved, _ = jax.lax.scan(row, jnp.zeros_like(rhs), jnp.arange(rhs.shape[0]))
+    return solved
+
+
 def _one_chunk(q: Array, k: Array, v: Array, g: Array, beta: Array | None,
                reset: Array, scale: float) -> Chunks:
     """The quantities of one chunk: q ``(G, C, d_k)``, k ``(C, d_k)``, v ``(C, d_v)``,
@@ -100,10 +112,9 @@ def _one_chunk(q: Array, k: Array, v: Array, g: Array, beta: Array | None,
         return Chunks(scores, q_in, k_out, decay, v, None)
     strict = causal & ~jnp.eye(c, dtype=bool)
     lower = beta[:, None] * jnp.where(strict, _pair(k, k, weights), 0.0)
-    eye = jnp.eye(c, dtype=lower.dtype)
     # T = (I + L)^{-1} applied by one unit-lower-triangular solve for W and U together.
     rhs = jnp.concatenate([beta[:, None] * k * e_in, beta[:, None] * v], axis=-1)
-    solved = solve_triangular(eye + lower, rhs, lower=True, unit_diagonal=True)
+    solved = _unit_lower_solve(lower, rhs)
     w, u = solved[:, :k.shape[1]], solved[:, k.shape[1]:]
     return Chunks(scores, q_in, k_out, decay, u, w)
 
