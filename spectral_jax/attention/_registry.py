@@ -160,31 +160,36 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             name="gla", fn=gla_attention,
             source="Yang et al. 2024 (GLA), eq. 3; chunked form §4",
             cost="O(nCd + nd·d_v)", supports_causal=True, target="gla", state="log_decay",
+            layer=(("short_conv_size", None), ("output_gate", "swish")),
             decode="recurrent_state", sequence_parallel="state_prefix",
             communication="P·d(d_v + 1)", token_arrays=(("g", -3, True),)),
         AttentionSpec(
             name="retnet", fn=retnet_attention,
             source="Sun et al. 2023 (RetNet), eq. 1-8 (retention, fixed decay per head)",
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="retnet",
+            layer=(("short_conv_size", None), ("output_gate", "swish")),
             decode="recurrent_state", sequence_parallel="state_prefix",
             communication="P(d·d_v + 1)"),
         AttentionSpec(
             name="mamba2", fn=mamba2_attention,
             source="Dao & Gu 2024 (Mamba-2 SSD), eq. 2 and §6",
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="mamba2", state="ssd",
+            layer=(("short_conv_size", 4), ("output_gate", "swish")),
             decode="recurrent_state", sequence_parallel="state_prefix",
             communication="P(d·d_v + 1)", token_arrays=(("dt", -2, True),)),
         AttentionSpec(
             name="deltanet", fn=deltanet_attention,
             source="Schlag et al. 2021, eq. 29; chunked (UT transform): Yang et al. 2024, §3",
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="deltanet",
-            state="delta", decode="recurrent_state", sequence_parallel="state_prefix",
+            state="delta", layer=(("short_conv_size", 4), ("output_gate", "norm")),
+            decode="recurrent_state", sequence_parallel="state_prefix",
             communication="P·d(d_v + d)", token_arrays=(("beta", -2, True),)),
         AttentionSpec(
             name="gated_deltanet", fn=gated_deltanet_attention,
             source="Yang, Kautz & Hatamizadeh 2025 (Gated DeltaNet), eq. 10 and §3.3",
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="gated_deltanet",
-            state="gated_delta", decode="recurrent_state", sequence_parallel="state_prefix",
+            state="gated_delta", layer=(("short_conv_size", 4), ("output_gate", "swish")),
+            decode="recurrent_state", sequence_parallel="state_prefix",
             communication="P·d(d_v + d)", token_arrays=(("g", -2, True), ("beta", -2, True))),
     )
 }

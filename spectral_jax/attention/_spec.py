@@ -61,6 +61,9 @@ class AttentionSpec:
         methods' m is the clusters, k the top keys per cluster and t the Lloyd steps;
         ProbSparse's u is its factor·⌈ln n⌉ active queries, and ``"...; rng=None: ..."``
         gives its evenly spaced key sample's form (the random one gathers every key).
+      layer: the paper's layer around the method, as module options and their defaults
+        (``short_conv_size``, ``output_gate``: :mod:`spectral_jax.nn._recurrent_layer`), or
+        None for a plain attention layer.
     """
 
     name: str
@@ -87,6 +90,7 @@ class AttentionSpec:
                                "global_selection", "state_prefix"] | None = None
     communication: str | None = None
     token_arrays: tuple[tuple[str, int, bool], ...] = ()
+    layer: tuple[tuple[str, Any], ...] | None = None
 
     @property
     def exact(self) -> bool:

@@ -12,7 +12,7 @@ continues a prompt with its decoding cache.
 method takes; :func:`normalise_attention_kwargs` gives their one stored (hashable) form.
 """
 
-from spectral_jax.nn._attention import MultiHeadAttention, redraw_features
+from spectral_jax.nn._attention import MultiHeadAttention
 from spectral_jax.nn._attention_kwargs import (
     allowed_attention_kwargs,
     module_options,
@@ -42,6 +42,7 @@ from spectral_jax.nn._state import (
     RandomFeatures,
     RandomFeatureState,
     init_linformer_projection,
+    redraw_features,
     uses_rng,
 )
 from spectral_jax.nn._symmetric import PairwiseScores

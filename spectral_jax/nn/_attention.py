@@ -18,6 +18,7 @@ from spectral_jax.nn._attention_kwargs import (
     normalise_attention_kwargs,
     split_attention_kwargs,
 )
+from spectral_jax.nn._recurrent_layer import RecurrentLayerParts, check_layer_options
 from spectral_jax.nn._rngs import stream as _stream
 from spectral_jax.nn._rope import apply_rope, check_positions, check_rope
 from spectral_jax.nn._state import STATE_MODULES, ConvSkip, RandomFeatureState, uses_rng
@@ -174,6 +175,11 @@ class MultiHeadAttention(nnx.Module):
         if options.get("conv_kernel_size") is not None:
             self.conv_skip = ConvSkip(options["conv_kernel_size"], num_heads=num_heads,
                                       param_dtype=param_dtype, rngs=rngs)
+        self.layer_parts = nnx.data(None)
+        if spec.layer is not None and any(v is not None for v in check_layer_options(options)):
+            self.layer_parts = RecurrentLayerParts(
+                *check_layer_options(options), in_features=in_features, num_heads=num_heads,
+                head_dim=self.head_dim, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.state = nnx.data(None)
         if shared_state is not None:
             self.state = shared_state
@@ -241,6 +247,9 @@ class MultiHeadAttention(nnx.Module):
         _decode.check_decode(self.attention, self.is_causal)
         self.decode_state = nnx.Cache(_decode.init_state(self, input_shape, dtype))
         self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
+        if self.layer_parts is not None:  # the short convolution's last inputs
+            self.conv_state = nnx.Cache(self.layer_parts.init_cache(tuple(input_shape[:-2]),
+                                                                    dtype))
 
     def __call__(
         self,
@@ -323,10 +332,18 @@ class MultiHeadAttention(nnx.Module):
             query = apply_rope(query, positions)
             key = apply_rope(key, positions if key.shape[-3] == query.shape[-3] else None)
         if decode:
-            x = self.out(_decode.decode_call(self, state, inputs_q, query, key, value, valid))
-            return (x, None) if return_carry else x
+            if self.layer_parts is not None:
+                (query, key, value), conv = self.layer_parts.convolve_decode(
+                    self.conv_state.get_value(), query, key, value, valid)
+                if conv is not None:
+                    self.conv_state.set_value(conv)
+            x = _decode.decode_call(self, state, inputs_q, query, key, value, valid)
+            x = x if self.layer_parts is None else self.layer_parts.finish(x, inputs_q)
+            return (self.out(x), None) if return_carry else self.out(x)
         if mask is not None:  # Flax's make_attention_mask defaults to float 1/0
             mask = _attention.as_bool_mask("MultiHeadAttention", mask)
+        if self.layer_parts is not None:
+            query, key, value = self.layer_parts.convolve(query, key, value, mask=mask)
 
         spec = _attention.get_attention_spec(self.attention)
         if carry is not None and spec.carry is None:
@@ -358,6 +375,8 @@ class MultiHeadAttention(nnx.Module):
 
         if self.conv_skip is not None:
             x = x + self.conv_skip(value, mask, query.shape[-3])
+        if self.layer_parts is not None:
+            x = self.layer_parts.finish(x, inputs_q)
         return (self.out(x), next_carry) if return_carry else self.out(x)
 
     def _check_features(self, name: str, inputs: Array) -> None:
@@ -369,31 +388,3 @@ class MultiHeadAttention(nnx.Module):
                 f"in_features={self.in_features} on its last axis; got shape {shape}"
                 + (f" (last axis {shape[-1]})." if shape else ".")
             )
-
-
-def redraw_features(model: nnx.Module, rng: Array) -> int:
-    """Redraws every Performer projection in ``model``; a no-op for other models.
-
-    Each random-feature state (one per :class:`MultiHeadAttention` with random features) gets
-    its own key, ``jax.random.fold_in(rng, i)`` for the i-th in graph order.
-
-    Args:
-        model: any NNX module.
-        rng: a JAX PRNG key.
-
-    Returns:
-        The number of projections redrawn.
-
-    Example:
-        >>> import jax
-        >>> from flax import nnx
-        >>> layer = MultiHeadAttention(2, 8, attention="softmax", rngs=nnx.Rngs(0))
-        >>> redraw_features(layer, jax.random.key(0))
-        0
-    """
-    count = 0
-    for _, module in nnx.iter_modules(model):
-        if isinstance(module, RandomFeatureState):
-            module.redraw(jax.random.fold_in(rng, count))
-            count += 1
-    return count

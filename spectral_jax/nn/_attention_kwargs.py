@@ -89,7 +89,8 @@ def module_options(attention: str) -> dict[str, Any]:
     """The module options :class:`MultiHeadAttention` takes for a method, with defaults.
 
     Its state kind's options (registry ``STATE_KINDS``), ``conv_kernel_size`` where the
-    method allows the conv skip, and ``symmetric`` for every method.
+    method allows the conv skip, the paper layer's options where its entry has a ``layer``
+    (``short_conv_size``, ``output_gate``), and ``symmetric`` for every method.
 
     Example:
         >>> module_options("performer")
@@ -99,6 +100,7 @@ def module_options(attention: str) -> dict[str, Any]:
     options = dict(spec.state_kind.options) if spec.state_kind is not None else {}
     if spec.conv_skip:
         options["conv_kernel_size"] = None
+    options.update(spec.layer or ())
     return {**options, "symmetric": False}
 
 

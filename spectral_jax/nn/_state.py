@@ -275,3 +275,32 @@ class ConvSkip(nnx.Module):
         )
         y = jnp.moveaxis(y.reshape(-1, dim, length, heads), 1, -1)
         return y.reshape(*batch, length, heads, dim)
+
+
+def redraw_features(model: nnx.Module, rng: Array) -> int:
+    """Redraws every Performer projection in ``model``; a no-op for other models.
+
+    Each random-feature state (one per :class:`MultiHeadAttention` with random features) gets
+    its own key, ``jax.random.fold_in(rng, i)`` for the i-th in graph order.
+
+    Args:
+        model: any NNX module.
+        rng: a JAX PRNG key.
+
+    Returns:
+        The number of projections redrawn.
+
+    Example:
+        >>> import jax
+        >>> from flax import nnx
+        >>> from spectral_jax.nn import MultiHeadAttention
+        >>> layer = MultiHeadAttention(2, 8, attention="softmax", rngs=nnx.Rngs(0))
+        >>> redraw_features(layer, jax.random.key(0))
+        0
+    """
+    count = 0
+    for _, module in nnx.iter_modules(model):
+        if isinstance(module, RandomFeatureState):
+            module.redraw(jax.random.fold_in(rng, count))
+            count += 1
+    return count
