@@ -58,8 +58,18 @@ class Chunks(NamedTuple):
 
 
 def _segment_sums(g: Array) -> Array:
-    """``(C, C, K)``: Σ_{j<i≤r} g_i at [r, j] for j ≤ r (0 on the diagonal), else 0."""
+    """``(C, C, K)``: Σ_{j<i≤r} g_i at [r, j] for j ≤ r (0 on the diagonal); other entries
+    are not used.
+
+    One decay per head (K = 1): a cumulative sum of the masked increments, with no
+    cancellation (Mamba-2's ``segsum``). One per key dimension: the difference of the
+    chunk's running sums, which costs one pass over the C × C × d_k tensor instead of three;
+    its rounding is that of the running sums, eps·Σ_{i≤r}|g_i| in the exponent.
+    """
     c = g.shape[0]
+    if g.shape[-1] > 1:
+        running = jnp.cumsum(g, axis=0)
+        return running[:, None, :] - running[None, :, :]
     later = jnp.arange(c)[:, None] > jnp.arange(c)[None, :]  # i > j
     increments = jnp.where(later[:, :, None], g[:, None, :], 0.0)
     return jnp.cumsum(increments, axis=0)
@@ -72,17 +82,26 @@ def _pair(x: Array, y: Array, weights: Array) -> Array:
     return jnp.einsum("rd,jd,rjd->rj", x, y, weights)
 
 
-def _unit_lower_solve(lower: Array, rhs: Array) -> Array:
-    """X with (I + L) X = rhs for a strictly lower-triangular L ``(C, C)``: forward
-    substitution, one row a step (rows not yet solved are still zero, so row r reads only
-    the rows before it). Matmul-free rows keep it exact to rounding, and a scan of C steps
-    batches over every chunk and head at once; XLA:CPU's triangular-solve kernel could stall
-    the runtime when two training steps were in flight."""
-    def row(x, r):
-        return x.at[r].set(rhs[r] - lower[r] @ x), None
-
-    solved, _ = jax.lax.scan(row, jnp.zeros_like(rhs), jnp.arange(rhs.shape[0]))
-    return solved
+def _unit_lower_inverse(lower: Array) -> Array:
+    """(I + L)⁻¹ for a strictly lower-triangular L ``(C, C)``, by block doubling: the inverses
+    of the diagonal blocks of size s give those of size 2s through
+    [[A, 0], [B, D]]⁻¹ = [[A⁻¹, 0], [−D⁻¹BA⁻¹, D⁻¹]], from s = 1 (unit diagonal) up, so
+    log₂C rounds of batched matmuls and no row-by-row loop (C is padded to a power of two
+    with identity rows, which leaves the leading block's inverse unchanged)."""
+    c = lower.shape[0]
+    size = 1 << max(c - 1, 0).bit_length()
+    m = jnp.pad(lower, ((0, size - c), (0, size - c))) + jnp.eye(size, dtype=lower.dtype)
+    inverse = jnp.ones((size, 1, 1), lower.dtype)  # the 1 × 1 diagonal blocks' inverses
+    s = 1
+    while s < size:
+        blocks = size // (2 * s)
+        diag = m.reshape(blocks, 2 * s, blocks, 2 * s)[jnp.arange(blocks), :, jnp.arange(blocks)]
+        a_inv, d_inv = inverse[0::2], inverse[1::2]
+        low = -d_inv @ diag[:, s:, :s] @ a_inv
+        top = jnp.concatenate([a_inv, jnp.zeros_like(a_inv)], axis=2)
+        inverse = jnp.concatenate([top, jnp.concatenate([low, d_inv], axis=2)], axis=1)
+        s *= 2
+    return inverse[0, :c, :c]
 
 
 def _one_chunk(q: Array, k: Array, v: Array, g: Array, beta: Array | None,
@@ -112,9 +131,9 @@ def _one_chunk(q: Array, k: Array, v: Array, g: Array, beta: Array | None,
         return Chunks(scores, q_in, k_out, decay, v, None)
     strict = causal & ~jnp.eye(c, dtype=bool)
     lower = beta[:, None] * jnp.where(strict, _pair(k, k, weights), 0.0)
-    # T = (I + L)^{-1} applied by one unit-lower-triangular solve for W and U together.
+    # T = (I + L)^{-1}, applied to the right-hand sides of W and U together.
     rhs = jnp.concatenate([beta[:, None] * k * e_in, beta[:, None] * v], axis=-1)
-    solved = _unit_lower_solve(lower, rhs)
+    solved = _unit_lower_inverse(lower) @ rhs
     w, u = solved[:, :k.shape[1]], solved[:, k.shape[1]:]
     return Chunks(scores, q_in, k_out, decay, u, w)
 
@@ -163,10 +182,19 @@ def run_chunks(chunks: Chunks, state: Array) -> tuple[Array, Array]:
       ``(out, final)``: out ``(G, N·C, d_v)`` (padded tail included), final ``(d_k, d_v)``.
     """
     if chunks.w is None:
-        def step(s, chunk):
-            return _decay_state(chunk.decay, s) + chunk.k_out.T @ chunk.values, s
+        # S_{c+1} = Diag(a_c) S_c + ΔS_c is a linear recurrence: an associative scan of the
+        # pairs (a, ΔS) under (a₂, S₂) ∘ (a₁, S₁) = (a₂a₁, a₂S₁ + S₂), log₂N rounds of
+        # elementwise work instead of N sequential steps.
+        written = jnp.einsum("ncd,nce->nde", chunks.k_out, chunks.values)
+        decays = chunks.decay[..., None]
+        written = written.at[0].add(_decay_state(chunks.decay[0], state))
 
-        final, entering = jax.lax.scan(step, state, chunks)
+        def combine(first, second):
+            return first[0] * second[0], second[0] * first[1] + second[1]
+
+        _, leaving = jax.lax.associative_scan(combine, (decays, written))
+        entering = jnp.concatenate([state[None], leaving[:-1]], axis=0)
+        final = leaving[-1]
         out = (jnp.einsum("ngcd,nde->ngce", chunks.q_in, entering)
                + jnp.einsum("ngcj,nje->ngce", chunks.scores, chunks.values))
     else:
