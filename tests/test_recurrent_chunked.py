@@ -220,3 +220,34 @@ def test_non_causal_is_refused():
     x = jnp.ones((1, 8, 2, 4))
     with pytest.raises(UnsupportedError, match="is_causal=False"):
         rec.retnet_attention(x, x, x, is_causal=False)
+
+
+def test_gradients_with_padding_and_segments_equal_the_scan_float64(float64):
+    # Padded tokens are identity tokens (g = 0, β = 0, k = v = 0); segments reset the state.
+    q, k, v, kw = inputs("gated_deltanet", 8, batch=1, n=30, heads=(1, 1, 1))
+    valid = np.arange(30) < 26
+    ids = np.repeat([[0, 1]], [13, 17], axis=1)
+    mask = jnp.asarray(valid[None, None, :, None] & valid[None, None, None, :])
+    g, beta = jnp.asarray(kw["g"]), jnp.asarray(kw["beta"])
+
+    def chunked(q, k, v, g, beta):
+        out = rec.gated_deltanet_attention(q, k, v, g=g, beta=beta, mask=mask, chunk_size=8,
+                                           segment_ids=jnp.asarray(ids, jnp.int32))
+        return jnp.sum(jnp.sin(out))
+
+    def scanned(q, k, v, g, beta):
+        qn, kn = (x * jax.lax.rsqrt(jnp.sum(x * x, -1, keepdims=True) + 1e-6) for x in (q, k))
+        keep = jnp.asarray(valid)
+        out, _ = rec.recurrent_reference(
+            qn[0, :, 0][None], jnp.where(keep[:, None], kn[0, :, 0], 0.0),
+            jnp.where(keep[:, None], v[0, :, 0], 0.0), jnp.where(keep, g[0, :, 0], 0.0)[:, None],
+            jnp.where(keep, beta[0, :, 0], 0.0),
+            jnp.asarray(np.r_[False, ids[0, 1:] != ids[0, :-1]]), jnp.zeros((6, 5)),
+            scale=6 ** -0.5)
+        return jnp.sum(jnp.sin(jnp.where(keep[:, None], out[0], 0.0)))
+
+    args = tuple(jnp.asarray(x) for x in (q, k, v)) + (g, beta)
+    got = jax.grad(chunked, argnums=(0, 1, 2, 3, 4))(*args)
+    want = jax.grad(scanned, argnums=(0, 1, 2, 3, 4))(*args)
+    for a, b in zip(got, want):
+        assert _rel(a, b) < 1e-10

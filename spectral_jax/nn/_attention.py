@@ -50,6 +50,8 @@ class MultiHeadAttention(nnx.Module):
       returns with ``return_carry``); RFA-Gate's gates (:class:`GateState`) have no option.
     - ``conv_kernel_size`` (methods whose entry allows it): odd int or None (off); adds
       Nyströmformer's depthwise convolution skip on V (:class:`~spectral_jax.nn.ConvSkip`).
+    - ``short_conv_size``, ``output_gate`` (the recurrent family; defaults: the paper's layer,
+      registry ``layer``): :mod:`spectral_jax.nn._recurrent_layer`.
     - ``symmetric`` (every method, default False): True: the key projection is the query
       projection, so scores are ``Q Qᵀ`` (Courtois et al. 2024, Findings of ACL,
       "Symmetric Dot-Product Attention"); ``"pairwise"``: scores ``Q Σ_h Qᵀ`` with a learned
