@@ -35,13 +35,6 @@ def _inputs(method: str, query: Array, key: Array, value: Array, bias: Any, mask
     return (g if g_trailing else g[..., None]), beta
 
 
-def _run(method, query, key, value, bias, mask, g, beta, **kw) -> Any:
-    del bias
-    flax_kwargs = kw.pop("flax_kwargs")
-    return _family.run(method, query, key, value, mask, g=g, beta=beta,
-                       flax_kwargs=flax_kwargs, **kw)
-
-
 def deltanet_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, beta: Array, scale: float | None = None,
@@ -94,14 +87,11 @@ def deltanet_attention(
       (2, 100, 4, 16)
     """
     method = "deltanet_attention"
+    arguments = dict(locals())
     g, beta = _inputs(method, query, key, value, bias, mask, is_causal,
                       flax_kwargs, None, beta, None)
-    return _run(method, query, key, value, bias, mask, g, beta, scale=scale,
-                is_causal=is_causal, chunk_size=chunk_size, qk_l2norm=qk_l2norm,
-                segment_ids=segment_ids, initial_state=initial_state,
-                return_final_state=return_final_state, query_seq_lengths=query_seq_lengths,
-                key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
-                flax_kwargs=flax_kwargs)
+    return _family.run(method, query, key, value, mask, g=g, beta=beta, qk_l2norm=qk_l2norm,
+                       flax_kwargs=flax_kwargs, **_family.passed(arguments))
 
 
 def gated_deltanet_attention(
@@ -144,14 +134,11 @@ def gated_deltanet_attention(
       (2, 100, 4, 16)
     """
     method = "gated_deltanet_attention"
+    arguments = dict(locals())
     g, beta = _inputs(method, query, key, value, bias, mask, is_causal,
                       flax_kwargs, g, beta, ())
-    return _run(method, query, key, value, bias, mask, g, beta, scale=scale,
-                is_causal=is_causal, chunk_size=chunk_size, qk_l2norm=qk_l2norm,
-                segment_ids=segment_ids, initial_state=initial_state,
-                return_final_state=return_final_state, query_seq_lengths=query_seq_lengths,
-                key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
-                flax_kwargs=flax_kwargs)
+    return _family.run(method, query, key, value, mask, g=g, beta=beta, qk_l2norm=qk_l2norm,
+                       flax_kwargs=flax_kwargs, **_family.passed(arguments))
 
 
 def kda_attention(
@@ -186,11 +173,8 @@ def kda_attention(
       (2, 100, 4, 16)
     """
     method = "kda_attention"
+    arguments = dict(locals())
     g, beta = _inputs(method, query, key, value, bias, mask, is_causal,
                       flax_kwargs, g, beta, (key.shape[-1],))
-    return _run(method, query, key, value, bias, mask, g, beta, scale=scale,
-                is_causal=is_causal, chunk_size=chunk_size, qk_l2norm=qk_l2norm,
-                segment_ids=segment_ids, initial_state=initial_state,
-                return_final_state=return_final_state, query_seq_lengths=query_seq_lengths,
-                key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
-                flax_kwargs=flax_kwargs)
+    return _family.run(method, query, key, value, mask, g=g, beta=beta, qk_l2norm=qk_l2norm,
+                       flax_kwargs=flax_kwargs, **_family.passed(arguments))

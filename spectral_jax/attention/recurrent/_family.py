@@ -158,6 +158,16 @@ def resets(method: str, segment_ids: Any, batch_shape: tuple[int, ...], n: int) 
     return jnp.concatenate([first, ids[:, :-1]], axis=1) != ids
 
 
+# The parameters every public function of the family passes through to :func:`run` as given.
+PASSED = ("scale", "is_causal", "chunk_size", "segment_ids", "initial_state",
+          "return_final_state", "query_seq_lengths", "key_value_seq_lengths", "head_chunk_size")
+
+
+def passed(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`PASSED` entries of a public function's ``locals()``."""
+    return {name: arguments[name] for name in PASSED}
+
+
 class Call(NamedTuple):
     """One call's flattened, per-state-head operands, batch dims flattened to B."""
 

@@ -88,16 +88,13 @@ def gla_attention(
       (2, 100, 4, 16)
     """
     method = "gla_attention"
+    arguments = dict(locals())
     heads = _family.check_call(method, query, key, value, bias, mask, is_causal, flax_kwargs)
     # A trailing dim of 1 is one decay per head (simple GLA's special case).
     width = 1 if getattr(g, "ndim", 0) and g.shape[-1] == 1 else key.shape[-1]
     g = _log_decay(method, "g", g, query, heads, (width,))
-    return _family.run(
-        method, query, key, value, mask, g=g, beta=None, scale=scale, segment_ids=segment_ids,
-        chunk_size=chunk_size, is_causal=is_causal, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
-        initial_state=initial_state,
-        return_final_state=return_final_state, qk_l2norm=False, flax_kwargs=flax_kwargs)
+    return _family.run(method, query, key, value, mask, g=g, beta=None, qk_l2norm=False,
+                       flax_kwargs=flax_kwargs, **_family.passed(arguments))
 
 
 def simple_gla_attention(
@@ -125,14 +122,11 @@ def simple_gla_attention(
       (2, 100, 4, 16)
     """
     method = "simple_gla_attention"
+    arguments = dict(locals())
     heads = _family.check_call(method, query, key, value, bias, mask, is_causal, flax_kwargs)
     g = _log_decay(method, "g", g, query, heads, ())[..., None]
-    return _family.run(
-        method, query, key, value, mask, g=g, beta=None, scale=scale, segment_ids=segment_ids,
-        chunk_size=chunk_size, is_causal=is_causal, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
-        initial_state=initial_state,
-        return_final_state=return_final_state, qk_l2norm=False, flax_kwargs=flax_kwargs)
+    return _family.run(method, query, key, value, mask, g=g, beta=None, qk_l2norm=False,
+                       flax_kwargs=flax_kwargs, **_family.passed(arguments))
 
 
 def retnet_decays(num_heads: int, dtype: Any = jnp.float32) -> Array:
@@ -173,12 +167,9 @@ def retnet_attention(
       (2, 100, 4, 16)
     """
     method = "retnet_attention"
+    arguments = dict(locals())
     heads = _family.check_call(method, query, key, value, bias, mask, is_causal, flax_kwargs)
     g = jnp.broadcast_to(retnet_decays(heads.state, _common.compute_dtype(query.dtype))[:, None],
                          (*query.shape[:-3], query.shape[-3], heads.state, 1))
-    return _family.run(
-        method, query, key, value, mask, g=g, beta=None, scale=scale, segment_ids=segment_ids,
-        chunk_size=chunk_size, is_causal=is_causal, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, head_chunk_size=head_chunk_size,
-        initial_state=initial_state,
-        return_final_state=return_final_state, qk_l2norm=False, flax_kwargs=flax_kwargs)
+    return _family.run(method, query, key, value, mask, g=g, beta=None, qk_l2norm=False,
+                       flax_kwargs=flax_kwargs, **_family.passed(arguments))

@@ -86,6 +86,7 @@ def mamba2_attention(
       (2, 100, 4, 8)
     """
     method = "mamba2_attention"
+    arguments = dict(locals())
     heads = _family.check_call(method, query, key, value, bias, mask, is_causal, flax_kwargs)
     batch_shape, n = query.shape[:-3], query.shape[-3]
     dt = _family.per_state(method, "dt", dt, batch_shape, n, heads.state)
@@ -106,10 +107,6 @@ def mamba2_attention(
     if D is not None:
         d = _per_head(method, "D", D, heads.state, value.shape[-1]).astype(ct)
         skip = (d[:, None] if d.ndim == 1 else d) * x
-    return _family.run(
-        method, query, key, x * dt[..., None], mask, g=g, beta=None, skip=skip,
-        scale=scale, segment_ids=segment_ids, chunk_size=chunk_size, is_causal=is_causal,
-        query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
-        head_chunk_size=head_chunk_size, initial_state=initial_state,
-        return_final_state=return_final_state, qk_l2norm=False,
-        flax_kwargs=flax_kwargs, default_scale=1.0)
+    return _family.run(method, query, key, x * dt[..., None], mask, g=g, beta=None,
+                       qk_l2norm=False, flax_kwargs=flax_kwargs, skip=skip, default_scale=1.0,
+                       **_family.passed(arguments))
