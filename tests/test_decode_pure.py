@@ -48,6 +48,8 @@ def _inputs(name: str, seed: int = 0):
     # example and head, passed to prefill for the prompt and to decode_step token by token.
     tokens = {}
     for arg, axis, _ in spec.token_arrays:
+        if arg not in kwargs:  # optional ones (segment_ids)
+            continue
         x = kwargs.pop(arg)
         tokens[arg] = jnp.broadcast_to(x, (B, n, H, *x.shape[x.ndim + axis + 2:]))
     if "gates" in tokens:
