@@ -168,7 +168,7 @@ def decode(methods, contexts, d, heads, repeats, warmup):
         for n in contexts:
             q, k, v, _, kwargs = _inputs(method, n + 1, heads, d)
             spec = sa.get_attention_spec(method)
-            tokens = {a for a, _, _ in spec.token_arrays}
+            tokens = {a for a, _, _ in spec.token_arrays if a in kwargs}
             fixed = {a: x for a, x in kwargs.items() if a not in tokens}
             prompt = {a: kwargs[a][:n] for a in tokens}
             step_args = {a: kwargs[a][n:n + 1] for a in tokens}

@@ -36,6 +36,9 @@ import jax.numpy as jnp
 
 Array = jax.Array
 
+# Chunks whose per-dimension decays are formed at once (see chunk_quantities).
+_CHUNKS_AT_ONCE = 32
+
 
 class Chunks(NamedTuple):
     """The chunk-parallel quantities of one state head, ``N`` chunks of ``C`` tokens.
@@ -166,8 +169,12 @@ def chunk_quantities(q: Array, k: Array, v: Array, g: Array, beta: Array | None,
     parts = (split(q, 1), split(k), split(v), split(g),
              None if beta is None else split(beta), split(reset))
     one = lambda q_, k_, v_, g_, b_, r_: _one_chunk(q_, k_, v_, g_, b_, r_, scale)  # noqa: E731
-    in_axes = (0, 0, 0, 0, None if beta is None else 0, 0)
-    return jax.vmap(one, in_axes=in_axes)(*parts), n
+    if g.shape[-1] == 1 or num <= _CHUNKS_AT_ONCE:
+        in_axes = (0, 0, 0, 0, None if beta is None else 0, 0)
+        return jax.vmap(one, in_axes=in_axes)(*parts), n
+    # A decay per key dimension forms a C × C × d_k tensor per chunk: a few chunks at a
+    # time keep it in cache instead of materialising it for the whole sequence.
+    return jax.lax.map(lambda xs: one(*xs), parts, batch_size=_CHUNKS_AT_ONCE), n
 
 
 def _decay_state(decay: Array, state: Array) -> Array:
