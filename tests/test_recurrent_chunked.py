@@ -205,6 +205,8 @@ def test_transition_composes_shards(float64):
                                             beta=jnp.ones((1, 8, 2))), "`g` must have shape"),
     (lambda x: rec.mamba2_attention(x, x, x, dt=jnp.ones((1, 8, 2)), A=jnp.ones(2)),
      "`A` must lie in"),
+    (lambda x: rec.mamba2_attention(x, x, x, dt=jnp.full((1, 8, 2), -0.1), A=-jnp.ones(2)),
+     "`dt` must lie in"),
     (lambda x: rec.retnet_attention(x, x, x[..., :1, :]), "heads must group"),
     (lambda x: rec.retnet_attention(x, x, x, segment_ids=jnp.zeros((1, 8))),
      "`segment_ids` must be an int array"),

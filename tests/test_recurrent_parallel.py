@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from recurrent_cases import inputs
 
+from spectral_jax import UsageError
 from spectral_jax.attention import get_attention
 from spectral_jax.parallel import sequence_parallel
 
@@ -41,3 +42,10 @@ def test_sharded_segments_and_padding_equal_one_device(method):
     np.testing.assert_allclose(out2, out1, rtol=2e-5, atol=2e-5)
     for a, b in zip(grads2, grads1):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
+def test_sharded_segment_ids_of_the_wrong_length_name_the_argument():
+    q = jnp.ones((2, 8, 2, 4))
+    mesh = jax.make_mesh((2,), ("seq",), devices=jax.devices()[:2])
+    with pytest.raises(UsageError, match="`segment_ids` must have an entry per key position"):
+        sequence_parallel("retnet", mesh=mesh)(q, q, q, segment_ids=jnp.zeros((2, 4), jnp.int32))

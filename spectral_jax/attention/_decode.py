@@ -273,7 +273,7 @@ def prefill(
     """
     caller = "prefill()"
     spec, form = decode_form(method, caller)
-    _common.check_qkv(caller, query, key, value)
+    _common.check_qkv(caller.removesuffix("()"), query, key, value)
     max_length = _checks.positive_int(caller, "max_length", max_length)
     batch_shape, p = query.shape[:-3], query.shape[-3]
     if key.shape[-3] != p:

@@ -33,7 +33,7 @@ def _check_state(caller: str, state: Any, query: Array, key: Array, value: Array
     if not isinstance(state, DecodeState):
         raise UsageTypeError(f"{caller}: `state` must be a DecodeState (from prefill or "
                              f"init_decode_state); got {type(state).__name__}.")
-    _common.check_qkv(caller, query, key, value)
+    _common.check_qkv(caller.removesuffix("()"), query, key, value)
     batch_shape = state.position.shape
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.shape[-3] != 1:

@@ -163,6 +163,10 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
     for arg, axis, batched in spec.token_arrays:
         if arg in arrays:
             x = arrays[arg]
+            if x.ndim < -axis or x.shape[axis] < key.shape[-3]:
+                raise UsageError(
+                    f"{name}: `{arg}` must have an entry per key position along axis {axis} "
+                    f"(at least {key.shape[-3]}); got shape {x.shape}.")
             arrays[arg] = jax.lax.slice_in_dim(x, 0, key.shape[-3], axis=axis)
             dims: list[str | None] = [None] * x.ndim
             dims[axis] = axis_name

@@ -2,8 +2,9 @@
 
 Prefill runs the method's chunked form over the prompt and keeps its final state; a step
 runs the same function on one token from that state (a chunk of one token is the
-recurrence's own step), so every method of the family, its gates and its grouped heads
-decode through one form, in O(d_k·d_v) per head and token whatever the context length.
+recurrence's own step), so every method of the family and its gates decode through one
+form, in O(d_k·d_v) per head and token whatever the context length. Decoding checks equal
+query, key and value head counts, as for every method (grouped heads: the functions only).
 """
 
 from __future__ import annotations

@@ -147,10 +147,12 @@ def resets(method: str, segment_ids: Any, batch_shape: tuple[int, ...], n: int) 
         return jnp.zeros((b, n), bool)
     if (not hasattr(segment_ids, "shape") or tuple(segment_ids.shape) != (*batch_shape, n)
             or not jnp.issubdtype(segment_ids.dtype, jnp.integer)):
+        shards = _seq.num_shards()
+        where = f" (this shard's {n} of {n * shards} tokens)" if shards > 1 else ""
         raise UsageError(
             f"{method}(): `segment_ids` must be an int array of shape (batch..., length) = "
-            f"{(*batch_shape, n)}; got {getattr(segment_ids, 'dtype', type(segment_ids))} "
-            f"{getattr(segment_ids, 'shape', '')}.")
+            f"{(*batch_shape, n * shards)}; got {getattr(segment_ids, 'dtype', type(segment_ids))}"
+            f" {getattr(segment_ids, 'shape', '')}{where}.")
     ids = segment_ids.reshape(b, n)
     # On a split sequence the first token compares with the previous shard's last one.
     before = _seq.from_previous(ids[:, -1:])

@@ -59,7 +59,8 @@ def mamba2_attention(
       D: optional float ``(H,)`` or ``(H, P)``: the skip D·x.
       dt_bias: optional float ``(H,)`` added to ``dt``.
       dt_softplus: apply softplus to dt + dt_bias (Mamba-2's module does).
-      dt_limit: Δ is clamped to this range.
+      dt_limit: Δ is clamped to this range when it is not the default (0, inf), as Mamba-2
+        does; a Δ < 0 is an error (concrete values), never clamped silently.
       scale: s; None means 1 (SSD has no logit scale).
       is_causal, chunk_size, segment_ids: as ``gla_attention``.
       initial_state, return_final_state: as ``gla_attention``.
@@ -98,9 +99,10 @@ def mamba2_attention(
         dt = dt + _per_head(method, "dt_bias", dt_bias, heads.state, None).astype(ct)
     if _checks.boolean(f"{method}()", "dt_softplus", dt_softplus):
         dt = jnp.where(dt > 20.0, dt, jax.nn.softplus(dt))
-    dt = jnp.clip(dt, *dt_limit)
     _family.check_range(method, "dt", dt, 0.0, math.inf, "a step size, after dt_bias and "
                         "softplus")
+    if tuple(dt_limit) != (0.0, math.inf):  # Mamba-2 clamps only when a limit is set
+        dt = jnp.clip(dt, *dt_limit)
     g = (dt * a.astype(ct))[..., None]
     x = value.astype(ct)
     skip = None
