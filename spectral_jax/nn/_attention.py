@@ -330,22 +330,17 @@ class MultiHeadAttention(nnx.Module):
             state, valid = _decode.decode_inputs(self, query, inputs_kv is not inputs_q,
                                                  mask, deterministic, valid)
             positions = _decode.positions(state, valid) if positions is None else positions
+        elif mask is not None:  # Flax's make_attention_mask defaults to float 1/0
+            mask = _attention.as_bool_mask("MultiHeadAttention", mask)
+        if self.layer_parts is not None:  # the paper layer's convolution, before positions
+            query, key, value = self._convolve(query, key, value, mask, valid if decode else None)
         if self.rope:  # rotated before any method: it approximates attention of rotated q, k
             query = apply_rope(query, positions)
             key = apply_rope(key, positions if key.shape[-3] == query.shape[-3] else None)
         if decode:
-            if self.layer_parts is not None:
-                (query, key, value), conv = self.layer_parts.convolve_decode(
-                    self.conv_state.get_value(), query, key, value, valid)
-                if conv is not None:
-                    self.conv_state.set_value(conv)
             x = _decode.decode_call(self, state, inputs_q, query, key, value, valid)
             x = x if self.layer_parts is None else self.layer_parts.finish(x, inputs_q)
             return (self.out(x), None) if return_carry else self.out(x)
-        if mask is not None:  # Flax's make_attention_mask defaults to float 1/0
-            mask = _attention.as_bool_mask("MultiHeadAttention", mask)
-        if self.layer_parts is not None:
-            query, key, value = self.layer_parts.convolve(query, key, value, mask=mask)
 
         spec = _attention.get_attention_spec(self.attention)
         if carry is not None and spec.carry is None:
@@ -380,6 +375,18 @@ class MultiHeadAttention(nnx.Module):
         if self.layer_parts is not None:
             x = self.layer_parts.finish(x, inputs_q)
         return (self.out(x), next_carry) if return_carry else self.out(x)
+
+    def _convolve(self, query: Array, key: Array, value: Array, mask: Array | None,
+                  valid: Array | None) -> tuple[Array, Array, Array]:
+        """The short convolution: over the sequence, or (decoding, ``valid`` given) after the
+        cached inputs, which it updates."""
+        if valid is None:
+            return self.layer_parts.convolve(query, key, value, mask=mask)
+        qkv, conv = self.layer_parts.convolve_decode(self.conv_state.get_value(), query, key,
+                                                     value, valid)
+        if conv is not None:
+            self.conv_state.set_value(conv)
+        return qkv
 
     def _check_features(self, name: str, inputs: Array) -> None:
         """Raises unless ``inputs`` is ``(batch..., length, in_features)``."""
