@@ -37,7 +37,8 @@ import numpy as np
 from spectral_jax import attention as sa
 from spectral_jax.attention import recurrent as rec
 
-FAMILY = ("gla", "retnet", "mamba2", "deltanet", "gated_deltanet")
+# The registered methods whose decode form is the recurrent state (the family), in order.
+FAMILY = tuple(n for n, s in sa.ATTENTIONS.items() if s.decode == "recurrent_state")
 
 
 def _inputs(method: str, n: int, heads: int, d: int, batch: int = 1):

@@ -26,8 +26,8 @@ _OWNER = "MultiHeadAttention"
 
 def _inputs(kind: str, inputs: Array | None) -> Array:
     if inputs is None:
-        raise UsageError(f"{kind} gates are computed from the block input: pass inputs= to the "
-                         "state module (MultiHeadAttention does).")
+        raise UsageError(f"the {kind!r} gates are computed from the block input: pass inputs= "
+                         "to the state module (MultiHeadAttention does).")
     return inputs
 
 
@@ -76,7 +76,7 @@ class LogDecayGate(nnx.Module):
     def __call__(self, *, kv_len: int, deterministic: bool, inputs: Array | None = None,
                  **_: Any) -> dict[str, Array]:
         del kv_len, deterministic
-        x = self.up(self.down(_inputs("gla", inputs))).astype(jnp.float32)
+        x = self.up(self.down(_inputs("log_decay", inputs))).astype(jnp.float32)
         return {"g": jax.nn.log_sigmoid(x) / self.normalizer}
 
 
@@ -105,7 +105,7 @@ class DeltaGate(nnx.Module):
     def __call__(self, *, kv_len: int, deterministic: bool, inputs: Array | None = None,
                  **_: Any) -> dict[str, Array]:
         del kv_len, deterministic
-        x = self.beta(_inputs("deltanet", inputs)).astype(jnp.float32)
+        x = self.beta(_inputs("delta", inputs)).astype(jnp.float32)
         return {"beta": self.factor * jax.nn.sigmoid(x)}
 
 
@@ -168,6 +168,6 @@ class SSDGate(nnx.Module):
     def __call__(self, *, kv_len: int, deterministic: bool, inputs: Array | None = None,
                  **_: Any) -> dict[str, Array]:
         del kv_len, deterministic
-        x = self.dt(_inputs("mamba2", inputs)).astype(jnp.float32)
+        x = self.dt(_inputs("ssd", inputs)).astype(jnp.float32)
         return {"dt": jax.nn.softplus(x + self.dt_bias[...].astype(jnp.float32)),
                 "A": -jnp.exp(self.A_log[...].astype(jnp.float32))}
