@@ -61,28 +61,50 @@ class Chunks(NamedTuple):
 
 
 def _segment_sums(g: Array) -> Array:
-    """``(C, C, K)``: Σ_{j<i≤r} g_i at [r, j] for j ≤ r (0 on the diagonal); other entries
-    are not used.
-
-    One decay per head (K = 1): a cumulative sum of the masked increments, with no
-    cancellation (Mamba-2's ``segsum``). One per key dimension: the difference of the
-    chunk's running sums, which costs one pass over the C × C × d_k tensor instead of three;
-    its rounding is that of the running sums, eps·Σ_{i≤r}|g_i| in the exponent.
-    """
+    """``(C, C, 1)``: Σ_{j<i≤r} g_i at [r, j] for j ≤ r (0 on the diagonal), for one decay
+    per head; other entries are not used. A cumulative sum of the masked increments, with no
+    cancellation (Mamba-2's ``segsum``)."""
     c = g.shape[0]
-    if g.shape[-1] > 1:
-        running = jnp.cumsum(g, axis=0)
-        return running[:, None, :] - running[None, :, :]
     later = jnp.arange(c)[:, None] > jnp.arange(c)[None, :]  # i > j
     increments = jnp.where(later[:, :, None], g[:, None, :], 0.0)
     return jnp.cumsum(increments, axis=0)
 
 
-def _pair(x: Array, y: Array, weights: Array) -> Array:
-    """``(C, C)``: Σ_d x_rd y_jd w_rjd with ``weights`` ``(C, C, K)``, K = 1 or d."""
-    if weights.shape[-1] == 1:
-        return (x @ y.T) * weights[..., 0]
-    return jnp.einsum("rd,jd,rjd->rj", x, y, weights)
+def _decay_weights(g_in: Array, linked: Array) -> Array:
+    """``(C, C, d)``: e^{G_rd − G_jd} where ``linked`` [r, j], else 0, for running sums G.
+
+    The exponent is the difference of the chunk's running sums, which costs one pass over
+    the C × C × d tensor instead of three; its rounding is that of the running sums,
+    eps·Σ_{i≤r}|g_i|. Unlinked pairs get exponent 0 before ``exp`` (no overflow)."""
+    exponent = jnp.where(linked[..., None], g_in[:, None, :] - g_in[None, :, :], 0.0)
+    return jnp.where(linked[..., None], jnp.exp(exponent), 0.0)
+
+
+@jax.custom_vjp
+def _decayed_pair(x: Array, y: Array, g_in: Array, linked: Array) -> Array:
+    """``(C, C)``: Σ_d x_rd y_jd e^{G_rd − G_jd} where ``linked``, else 0 (a decay per key
+    dimension, G = ``g_in`` the running sums).
+
+    Its gradient (GLA, Yang et al. 2024, §4.1) never forms the C × C × d cotangent: with
+    dx = Σ_j ds_rj y_j ⊙ W_rj and dy = Σ_r ds_rj x_r ⊙ W_rj, the exponent's gradient is
+    dG = x ⊙ dx − y ⊙ dy, so the backward pass is one recomputation of W and two
+    contractions."""
+    return jnp.einsum("rd,jd,rjd->rj", x, y, _decay_weights(g_in, linked))
+
+
+def _decayed_pair_fwd(x, y, g_in, linked):
+    return _decayed_pair(x, y, g_in, linked), (x, y, g_in, linked)
+
+
+def _decayed_pair_bwd(residuals, d_scores):
+    x, y, g_in, linked = residuals
+    weights = _decay_weights(g_in, linked)
+    dx = jnp.einsum("rj,jd,rjd->rd", d_scores, y, weights)
+    dy = jnp.einsum("rj,rd,rjd->jd", d_scores, x, weights)
+    return dx, dy, x * dx - y * dy, None
+
+
+_decayed_pair.defvjp(_decayed_pair_fwd, _decayed_pair_bwd)
 
 
 def _unit_lower_inverse(lower: Array) -> Array:
@@ -115,9 +137,14 @@ def _one_chunk(q: Array, k: Array, v: Array, g: Array, beta: Array | None,
     seg = jnp.cumsum(reset.astype(jnp.int32))
     same = seg[:, None] == seg[None, :]
     causal = jnp.tril(jnp.ones((c, c), bool)) & same
-    sums = _segment_sums(g)
-    # Masked before exp: unlinked pairs are set to exponent 0, then their weight to 0.
-    weights = jnp.where(causal[..., None], jnp.exp(jnp.where(causal[..., None], sums, 0.0)), 0.0)
+    if g.shape[-1] > 1:
+        g_run = jnp.cumsum(g, axis=0)
+        pair = lambda x, y: _decayed_pair(x, y, g_run, causal)  # noqa: E731
+    else:
+        sums = _segment_sums(g)[..., 0]
+        # Masked before exp: unlinked pairs get exponent 0, then weight 0.
+        weights = jnp.where(causal, jnp.exp(jnp.where(causal, sums, 0.0)), 0.0)
+        pair = lambda x, y: (x @ y.T) * weights  # noqa: E731
     first = seg == 0
     last = seg == seg[-1]
     g_in = jnp.cumsum(g, axis=0)  # Σ_{i≤r} g_i
@@ -127,13 +154,13 @@ def _one_chunk(q: Array, k: Array, v: Array, g: Array, beta: Array | None,
     e_out = jnp.where(last[:, None], jnp.exp(g_out), 0.0)
     decay = jnp.where(seg[-1] == 0, jnp.exp(g_in[-1]), 0.0)
     sq = q * scale
-    scores = jax.vmap(lambda x: _pair(x, k, weights))(sq)
+    scores = jax.vmap(lambda x: pair(x, k))(sq)
     q_in = sq * e_in
     k_out = k * e_out
     if beta is None:
         return Chunks(scores, q_in, k_out, decay, v, None)
     strict = causal & ~jnp.eye(c, dtype=bool)
-    lower = beta[:, None] * jnp.where(strict, _pair(k, k, weights), 0.0)
+    lower = beta[:, None] * jnp.where(strict, pair(k, k), 0.0)
     # T = (I + L)^{-1}, applied to the right-hand sides of W and U together.
     rhs = jnp.concatenate([beta[:, None] * k * e_in, beta[:, None] * v], axis=-1)
     solved = _unit_lower_inverse(lower) @ rhs
