@@ -265,7 +265,7 @@ def test_memory_compressed_weights_are_checked():
         memory_compressed_attention(q, k[:, :5], v[:, :5], key_conv=EYE, value_conv=EYE,
                                     is_causal=True)
     with pytest.raises(ValueError, match="q_len"):
-        local_attention(q, k[:, :5], v[:, :5])
+        local_attention(q, k[:, :5], v[:, :5], causal_alignment="bottom_right")
 
 
 @pytest.mark.parametrize("name", RNG_METHODS)

@@ -14,12 +14,16 @@ import spectral_jax.attention as sa
 
 
 def _static_cases():
-    """Every keyword parameter with a number or bool default, of every method."""
+    """Every keyword parameter with a number or bool default, of every method, but Flax's
+    and jax.nn's drop-in keywords (a traced ``dropout_rate`` is a schedule, allowed)."""
     import inspect
+
+    from spectral_jax.attention._common import FLAX_KWARGS, JAX_NN_KWARGS
     cases = []
     for name in sa.available_attentions():
         for param in inspect.signature(sa.get_attention(name)).parameters.values():
-            if param.kind is param.KEYWORD_ONLY and type(param.default) in (int, float, bool):
+            if (param.kind is param.KEYWORD_ONLY and type(param.default) in (int, float, bool)
+                    and param.name not in FLAX_KWARGS | JAX_NN_KWARGS):
                 cases.append((name, param.name, param.default))
         if name != "softmax":
             cases.append((name, "head_chunk_size", 1))

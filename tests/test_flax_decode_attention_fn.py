@@ -29,15 +29,23 @@ EXTRA = {"linear": {"chunk_size": 4}, "performer": {"chunk_size": 4}, "local": {
 DECODE = tuple(n for n, s in ATTENTIONS.items() if s.cached_decode)
 
 
-def _fn(name: str):
+def _fn(name: str, **extra):
     spec = ATTENTIONS[name]
     kwargs = spec.call_kwargs(jax.random.key(3), budget=spec.test_budget, length=N, head_dim=D)
-    return functools.partial(spec.fn, is_causal=True, **{**kwargs, **EXTRA.get(name, {})})
+    return functools.partial(spec.fn, is_causal=True,
+                             **{**kwargs, **EXTRA.get(name, {}), **extra})
 
 
-def _decode_vs_full(name: str, *, pass_causal: bool) -> tuple[jax.Array, jax.Array]:
+def _decode_vs_full(name: str, *, pass_causal: bool, attention_fn=None
+                    ) -> tuple[jax.Array, jax.Array]:
     x = jax.random.normal(jax.random.key(1), (B, N, E))
-    module = nnx.MultiHeadAttention(H, E, qkv_features=E, attention_fn=_fn(name),
+    if attention_fn is None:
+        # is_causal=True with one query against the cache: the query is the last slot only
+        # bottom-right (top-left, jax.nn's and Flax's own, puts it at slot 0).
+        aligned = ({"causal_alignment": "bottom_right"}
+                   if pass_causal and ATTENTIONS[name].cached_decode else {})
+        attention_fn = _fn(name, **aligned)
+    module = nnx.MultiHeadAttention(H, E, qkv_features=E, attention_fn=attention_fn,
                                     decode=False, rngs=nnx.Rngs(0))
     module.init_cache((B, N, E))
     # Flax passes its own is_causal (default False) to attention_fn, overriding the partial's.
@@ -79,6 +87,22 @@ def test_every_method_decodes_as_flax_calls_it_or_refuses(name, pass_causal):
     np.testing.assert_allclose(np.asarray(decoded), np.asarray(full), rtol=0, atol=tol * scale)
 
 
+@pytest.mark.parametrize("name", DECODE)
+def test_decode_with_is_causal_and_default_alignment_is_flaxs_own(name):
+    # Flax's decode step passing is_causal=True to its own dot_product_attention lines the
+    # one query up with slot 0 (top-left); the methods do the same by default, not silently
+    # something else. With every key seen, local's window is wide enough to be exact.
+    extra = {"window": N} if name == "local" else {}
+    ours, _ = _decode_vs_full(name, pass_causal=True, attention_fn=_fn(name, **extra))
+    flax_own, _ = _decode_vs_full(name, pass_causal=True,
+                                  attention_fn=nnx.dot_product_attention)
+    if name in ("linear", "performer"):
+        # A query that sees key 0 alone gets value 0, whatever the feature map.
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(flax_own), atol=1e-5)
+    else:
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(flax_own), atol=1e-6)
+
+
 def test_memory_compressed_refuses_the_flax_decode_call():
     with pytest.raises(UnsupportedError) as info:
         _decode_vs_full("memory_compressed", pass_causal=False)
@@ -103,7 +127,7 @@ def test_local_queries_end_aligned_with_last_valid_key(causal):
     lengths = jnp.array([20, 13])
     # The last 4 queries sit at p - 3 .. p, p = length - 1 the last valid key of the example.
     short = local_attention(q[:, -4:], k, v, window=3, is_causal=causal,
-                            key_value_seq_lengths=lengths)
+                            key_value_seq_lengths=lengths, causal_alignment="bottom_right")
     pos = lengths[:, None] - 4 + jnp.arange(4)[None, :]  # (B, 4)
     offset = pos[:, :, None] - jnp.arange(20)[None, None, :]
     band = (jnp.abs(offset) <= 3) & (jnp.arange(20)[None, None, :] < lengths[:, None, None])
@@ -114,7 +138,8 @@ def test_local_queries_end_aligned_with_last_valid_key(causal):
     if causal:
         # Without padding the short call is the last rows of the causal full-length run.
         np.testing.assert_allclose(
-            np.asarray(local_attention(q[:, -4:], k, v, window=3, is_causal=True)),
+            np.asarray(local_attention(q[:, -4:], k, v, window=3, is_causal=True,
+                                       causal_alignment="bottom_right")),
             np.asarray(local_attention(q, k, v, window=3, is_causal=True)[:, -4:]), atol=1e-6)
 
 
@@ -126,14 +151,13 @@ def test_feature_methods_causal_queries_end_aligned(fn):
         kwargs["projection"] = ATTENTIONS["performer"].make_state(
             jax.random.key(0), budget=16, length=20, head_dim=D)["projection"]
     full = fn(q, k, v, is_causal=True, **kwargs)
-    short = fn(q[:, -5:], k, v, is_causal=True, **kwargs)
+    short = fn(q[:, -5:], k, v, is_causal=True, causal_alignment="bottom_right", **kwargs)
     np.testing.assert_allclose(np.asarray(short), np.asarray(full[:, -5:]), rtol=1e-5,
                                atol=1e-6)
 
 
-@pytest.mark.parametrize("fn", [linear_attention, local_attention], ids=lambda f: f.__name__)
-def test_more_queries_than_keys_is_refused(fn):
+def test_local_more_queries_than_keys_bottom_right_is_refused():
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match=r"q_len must be <= kv_len|needs q_len <= kv_len") as e:
-        fn(q, k[:, :6], v[:, :6], is_causal=True)
+    with pytest.raises(ValueError, match=r"q_len must be <= kv_len") as e:
+        local_attention(q, k[:, :6], v[:, :6], is_causal=True, causal_alignment="bottom_right")
     assert "q_len=20 and kv_len=6" in str(e.value)

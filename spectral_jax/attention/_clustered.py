@@ -145,6 +145,7 @@ def _run(
     ).astype(query.dtype)
 
 
+@_common.drop_in_signature
 def clustered_attention(
     query: Array,
     key: Array,
@@ -229,6 +230,7 @@ def clustered_attention(
                 key_value_seq_lengths, head_chunk_size, flax_kwargs)
 
 
+@_common.drop_in_signature
 def improved_clustered_attention(
     query: Array,
     key: Array,

@@ -13,63 +13,30 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
 from spectral_jax.attention import _hints
 from spectral_jax.attention._hints import cached_decode_hint, causal_methods_hint
 
-Array = jax.Array
-
-# Keywords that Flax's ``attention_fn`` callers pass; the approximate methods have no
-# attention-weight dropout (there is no weight matrix to drop), so these are accepted and
-# ignored. ``nnx.MultiHeadAttention`` always passes all of them.
-FLAX_KWARGS = frozenset(
-    {
-        "dropout_rng",
-        "dropout_rate",
-        "broadcast_dropout",
-        "deterministic",
-        "dtype",
-        "precision",
-        "module",
-    }
+# The drop-in keywords live in their own file; every method reaches them through this floor.
+from spectral_jax.attention._kwargs import (  # noqa: F401
+    FLAX_KWARGS,
+    JAX_NN_KWARGS,
+    check_flax_kwargs,
+    drop_in_signature,
 )
 
-
-def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool = False) -> None:
-    """Raises TypeError for keywords that are neither the method's nor Flax's.
-
-    Attention-weight dropout asked for (``dropout_rate > 0`` and not ``deterministic``, as
-    ``nnx.MultiHeadAttention(dropout_rate=...)`` does in training) raises NotImplementedError
-    unless the method implements it (``dropout_ok``): silently skipping it would make the
-    training and evaluation paths the same.
-    """
-    unknown = sorted(set(kwargs) - FLAX_KWARGS)
-    if unknown:
-        raise UsageTypeError(
-            f"{method}() got unexpected keyword argument(s) {unknown}; besides its own "
-            f"parameters it accepts only Flax's attention_fn keywords {sorted(FLAX_KWARGS)}."
-        )
-    rate = kwargs.get("dropout_rate")
-    # A rate traced under jit may be nonzero, so it counts as dropout asked for.
-    asked = isinstance(rate, jax.core.Tracer) or (rate is not None and bool(np.any(rate != 0)))
-    if not dropout_ok and asked and not kwargs.get("deterministic", False):
-        raise UnsupportedError(
-            f"{method}(): attention-weight dropout is not implemented (no weight matrix is "
-            f"formed); got dropout_rate={rate!r} with deterministic="
-            f"{kwargs.get('deterministic', False)!r}. Set the caller's dropout_rate to 0 "
-            "(e.g. nnx.MultiHeadAttention(dropout_rate=0.0)), or use softmax_attention."
-        )
-
+Array = jax.Array
 
 def check_call(
     method: str, query: Array, key: Array, value: Array, bias: Array | None, is_causal: bool,
     flax_kwargs: dict[str, Any], *, mask: Array | None, causal_ok: bool = False,
+    honoured: frozenset[str] = frozenset(),
 ) -> None:
-    """The checks every approximate method starts with: keywords, layout, bias, Flax's decode
-    call (:func:`reject_cache_query`), causality."""
-    check_flax_kwargs(method, flax_kwargs)
+    """The checks every approximate method starts with: keywords (``honoured`` as in
+    :func:`check_flax_kwargs`), layout, bias, Flax's decode call
+    (:func:`reject_cache_query`), causality."""
+    check_flax_kwargs(method, flax_kwargs, honoured=honoured)
     check_qkv(method, query, key, value)
     reject_bias(method, bias)
     _checks.boolean(f"{method}()", "is_causal", is_causal)

@@ -157,6 +157,7 @@ def _check_gates(method: str, gates: Any, key: Array) -> Array:
     return jnp.broadcast_to(gates, expected)
 
 
+@_common.drop_in_signature
 def gated_linear_attention(
     query: Array,
     key: Array,

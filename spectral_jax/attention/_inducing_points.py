@@ -106,6 +106,7 @@ def read_summary(
         ones, method=method, head_chunk_size=head_chunk_size)
 
 
+@_common.drop_in_signature
 def inducing_points_attention(
     query: Array,
     key: Array,

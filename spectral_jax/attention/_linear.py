@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _common, _seq
+from spectral_jax.attention import _alignment, _common, _seq
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
@@ -114,6 +114,7 @@ def _linear_head(
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
+@_common.drop_in_signature
 def linear_attention(
     query: Array,
     key: Array,
@@ -123,6 +124,7 @@ def linear_attention(
     *,
     scale: float | None = None,
     is_causal: bool = False,
+    causal_alignment: str = "top_left",
     feature_map: str = "elu",
     eps: float = 1e-6,
     chunk_size: int = 128,
@@ -136,9 +138,9 @@ def linear_attention(
     O(n·d·d_v) time. There is no 1/sqrt(d) logit scale in this method, so ``scale`` must be
     None. Padded keys are removed by zeroing their features; padded queries give zero rows;
     a query with no valid key gives 0/(0 + eps) = 0. With ``is_causal=True`` key j only
-    reaches queries i ≥ j, by a chunked scan (see :func:`feature_attention`); with q_len <
-    kv_len the queries are end-aligned (query i at position kv_len − q_len + i), as one
-    decoding query against a cache is.
+    reaches queries i ≥ j, by a chunked scan (see :func:`feature_attention`); with q_len ≠
+    kv_len, ``causal_alignment`` places the queries (:mod:`spectral_jax.attention._alignment`:
+    top-left as in jax.nn, or bottom-right as one decoding query against a cache).
 
     Args:
       query: float ``(batch..., q_len, heads, head_dim)``.
@@ -148,6 +150,8 @@ def linear_attention(
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: must be None (the feature map replaces the softmax scale).
       is_causal: causal (autoregressive) form.
+      causal_alignment: ``"top_left"`` (query i sees keys j ≤ i, as ``jax.nn``) or
+        ``"bottom_right"`` (keys j ≤ kv_len − q_len + i, as in decoding).
       feature_map: ``"elu"`` (elu(x) + 1, the paper's) or ``"relu"``.
       eps: added to the normaliser (1e-6 as in fast-transformers).
       chunk_size: tokens per chunk of the causal scan.
@@ -164,7 +168,7 @@ def linear_attention(
 
     Raises:
       spectral_jax.UsageError: bad shapes, ``bias``, ``scale`` given, unknown ``feature_map``,
-        non-positive ``chunk_size``, causal with q_len > kv_len, non-padding mask.
+        non-positive ``chunk_size``, an unknown ``causal_alignment``, non-padding mask.
 
     References:
       Katharopoulos et al. 2020, "Transformers are RNNs", ICML, eq. (6)-(9); code
@@ -186,43 +190,15 @@ def linear_attention(
         raise UsageError(
             f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
         )
-    check_causal_lengths(method, is_causal, query, key)
+    bottom_right = _alignment.bottom_right(method, causal_alignment)
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
         _linear_head, feature_map=feature_map, is_causal=is_causal, chunk_size=chunk_size,
         eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
     )
-    return end_aligned_lift(
+    return _alignment.aligned_lift(
         head, query, key, value, p.query_valid, p.key_valid, is_causal=is_causal,
+        bottom_right_aligned=bottom_right,
         method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
     ).astype(query.dtype)
-
-
-def check_causal_lengths(method: str, is_causal: bool, query: Array, key: Array) -> None:
-    """Causal queries are end-aligned (query i at key position kv_len − q_len + i, the
-    decoding convention), so there must be no more queries than keys."""
-    if is_causal and query.shape[-3] > key.shape[-3]:
-        raise UsageError(
-            f"{method}(): is_causal=True places query i at key position kv_len - q_len + i "
-            f"(queries end-aligned with the keys, as in decoding), so it needs q_len <= "
-            f"kv_len; got q_len={query.shape[-3]} and kv_len={key.shape[-3]}."
-        )
-
-
-def end_aligned_lift(head: Any, query: Array, key: Array, value: Array, q_valid: Array,
-                     k_valid: Array, *, is_causal: bool, **lift_kwargs: Any) -> Array:
-    """:func:`_common.lift` with causal queries end-aligned with the keys.
-
-    With q_len < kv_len the queries are front-padded (zeros, marked invalid) to kv_len, so
-    the causal scan puts query i at position kv_len − q_len + i, and the padding's outputs
-    are cut off. One query against a cache (Flax's ``decode=True``) then sees every key,
-    and the mask that Flax passes leaves out the slots not yet written.
-    """
-    pad = key.shape[-3] - query.shape[-3] if is_causal else 0
-    if pad == 0:
-        return _common.lift(head, query, key, value, q_valid, k_valid, **lift_kwargs)
-    query = jnp.pad(query, ((0, 0),) * (query.ndim - 3) + ((pad, 0), (0, 0), (0, 0)))
-    q_valid = jnp.pad(q_valid, ((0, 0), (0, 0), (pad, 0)))
-    out = _common.lift(head, query, key, value, q_valid, k_valid, **lift_kwargs)
-    return out[..., pad:, :, :]

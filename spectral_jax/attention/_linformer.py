@@ -33,6 +33,7 @@ def _linformer_head(
     return jnp.where(q_valid[:, None] & (_seq.total(k_valid.sum()) > 0), out, 0.0)
 
 
+@_common.drop_in_signature
 def linformer_attention(
     query: Array,
     key: Array,

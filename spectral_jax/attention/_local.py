@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _common, _seq
+from spectral_jax.attention import _alignment, _common, _seq, _softmax
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
@@ -17,8 +17,10 @@ Array = jax.Array
 
 def _local_head(
     q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
-    scale: Any, window: int, is_causal: bool,
+    scale: Any, window: tuple[int, int], is_causal: bool,
 ) -> Array:
+    left, right_keys = window
+    window = max(1, left, right_keys)
     ct = _common.compute_dtype(q.dtype)
     n = q.shape[0]
     # Blocks of `block` tokens: the keys within `window` of any query of block t lie in
@@ -51,7 +53,7 @@ def _local_head(
             (k, v, k_valid, jnp.arange(n)), (*before, edges[0]), (*after, edges[1])))
     q_pos = jnp.arange(num_blocks)[:, None] * block + jnp.arange(block)[None, :]
     offset = q_pos[:, :, None] - k_pos[:, None, :]  # i - j
-    allowed = (jnp.abs(offset) <= window) & valid_near[:, None, :]
+    allowed = (offset <= left) & (offset >= -right_keys) & valid_near[:, None, :]
     if is_causal:
         allowed &= offset >= 0
     logits = jnp.einsum("tqd,tkd->tqk", q_blocks, k_near)
@@ -62,7 +64,7 @@ def _local_head(
 
 def _local_end_aligned_head(
     q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
-    scale: Any, window: int, is_causal: bool,
+    scale: Any, window: tuple[int, int], is_causal: bool,
 ) -> Array:
     """q_len < kv_len: query i sits at p − (q_len − 1 − i), p the last valid key.
 
@@ -70,6 +72,8 @@ def _local_end_aligned_head(
     one slice of q_len + w keys, O(q_len·(q_len + w)) work whatever kv_len is.
     """
     ct = _common.compute_dtype(q.dtype)
+    left, right_keys = window
+    window = max(1, left, right_keys)
     m, n = q.shape[0], k.shape[0]
     last = jnp.max(jnp.where(k_valid, jnp.arange(n), -1))  # -1: no valid key
     size = min(m + window, n)
@@ -78,13 +82,14 @@ def _local_end_aligned_head(
     q = jnp.where(q_valid[:, None], q.astype(ct), 0.0) * scale
     k = jnp.where(k_valid[:, None], k.astype(ct), 0.0)
     offset = (last - (m - 1) + jnp.arange(m))[:, None] - (start + jnp.arange(size))[None, :]
-    allowed = (jnp.abs(offset) <= window) & k_valid[None, :]
+    allowed = (offset <= left) & (offset >= -right_keys) & k_valid[None, :]
     if is_causal:
         allowed &= offset >= 0
     out = _common.masked_softmax(q @ k.T, allowed) @ v.astype(ct)
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
+@_common.drop_in_signature
 def local_attention(
     query: Array,
     key: Array,
@@ -98,6 +103,8 @@ def local_attention(
     query_seq_lengths: Array | None = None,
     key_value_seq_lengths: Array | None = None,
     head_chunk_size: int | None = None,
+    local_window_size: int | tuple[int, int] | None = None,
+    causal_alignment: str = "top_left",
     **flax_kwargs: Any,
 ) -> Array:
     """Sliding-window attention: query i attends to the valid keys j with ``|i − j| ≤ window``.
@@ -110,19 +117,22 @@ def local_attention(
     Positions are absolute; padding must not shift the valid tokens for outputs to be
     independent of it (right padding, as ``*_seq_lengths`` give).
 
-    q_len < kv_len (decoding against a cache): the queries are end-aligned with the last
-    valid key p of each example and head, query i at position p − (q_len − 1 − i). In
-    Flax's ``MultiHeadAttention(decode=True)`` the one query's position is thus the last
-    cache slot its mask admits, i.e. the token just written, and the window and causality
-    follow from it: decoding token by token equals the causal run over the whole sequence.
+    q_len ≠ kv_len: positions follow ``causal_alignment`` for the window as for causality:
+    top-left (query i at key position i, as ``jax.nn``) or bottom-right, where the last
+    query sits at the last valid key p of each example and head (query i at
+    p − (q_len − 1 − i); with every key valid, kv_len − q_len + i). Flax's
+    ``MultiHeadAttention(decode=True)`` call (one query against a cache under a mask, no
+    ``is_causal``) is bottom-right whatever ``causal_alignment`` says: its query is the
+    token just written, the last slot its mask admits, and decoding token by token then
+    equals the causal run.
 
     Masks: a padding mask, reduced to key and query padding (see
     :func:`nystrom_attention`); padded keys get zero weight, padded query rows are zero, and
     a query with no valid key inside its window gives zeros.
 
     Args:
-      query: float ``(batch..., q_len, heads, head_dim)``, q_len ≤ kv_len (bf16 in, bf16
-        out; softmax in float32).
+      query: float ``(batch..., q_len, heads, head_dim)`` (bf16 in, bf16 out; softmax in
+        float32).
       key: float ``(batch..., kv_len, heads, head_dim)``.
       value: float ``(batch..., kv_len, heads, v_head_dim)``.
       bias: must be None.
@@ -134,6 +144,9 @@ def local_attention(
       query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
         leading queries / keys of each example are valid, combined with ``mask``.
       head_chunk_size: (example, head) slices per step, see :func:`nystrom_attention`.
+      local_window_size: None, or jax.nn's window w or (left, right): keys
+        i − left ≤ j ≤ i + right; given, it replaces ``window``.
+      causal_alignment: ``"top_left"`` or ``"bottom_right"`` (see above).
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
         raises NotImplementedError.
 
@@ -141,8 +154,9 @@ def local_attention(
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype.
 
     Raises:
-      spectral_jax.UsageError: bad shapes, q_len > kv_len, ``bias`` given, ``window`` not a positive
-        int, or a mask that is not a padding mask.
+      spectral_jax.UsageError: bad shapes, q_len > kv_len bottom-right, ``bias`` given,
+        ``window`` not a positive int, a bad ``local_window_size`` or ``causal_alignment``,
+        or a mask that is not a padding mask.
       spectral_jax.UsageTypeError: non-float inputs, non-bool ``is_causal``, unknown keywords.
 
     References:
@@ -160,13 +174,18 @@ def local_attention(
     """
     method = "local_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs,
-                       mask=mask, causal_ok=True)
+                       mask=mask, causal_ok=True, honoured=frozenset({"local_window_size"}))
     _checks.positive_int(f"{method}()", "window", window)
-    if query.shape[-3] > key.shape[-3]:
+    sides = _softmax.window_size(method, local_window_size) or (window, window)
+    q_len, kv_len = query.shape[-3], key.shape[-3]
+    # Flax's decode call without is_causal: the query's position is the slot just written.
+    flax_decode = q_len == 1 < kv_len and mask is not None and not is_causal
+    bottom_right = _alignment.bottom_right(method, causal_alignment) or flax_decode
+    if bottom_right and q_len > kv_len:
         raise UsageError(
-            f"{method}(): the queries are end-aligned with the last valid key (query i at "
-            f"position p - (q_len - 1 - i)), so q_len must be <= kv_len; got "
-            f"q_len={query.shape[-3]} and kv_len={key.shape[-3]}."
+            f"{method}(): bottom-right alignment puts the last query at the last valid key "
+            f"(query i at p - (q_len - 1 - i)), so q_len must be <= kv_len; got "
+            f"q_len={q_len} and kv_len={kv_len}."
         )
     if _seq.active() is not None and (query.shape[-3] != key.shape[-3]
                                       or query.shape[-3] % window):
@@ -178,8 +197,15 @@ def local_attention(
             f"(queries) and {key.shape[-3]} (keys).")
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)
-    per_head = _local_head if query.shape[-3] == key.shape[-3] else _local_end_aligned_head
-    head = functools.partial(per_head, scale=p.scale, window=int(window), is_causal=is_causal)
+    if q_len == kv_len or not bottom_right:
+        # Top-left: the shorter side padded at its end to one length, invalid.
+        head = functools.partial(_local_head, scale=p.scale, window=sides, is_causal=is_causal)
+        return _alignment.aligned_lift(
+            head, query, key, value, p.query_valid, p.key_valid, is_causal=True,
+            bottom_right_aligned=False, method=method, mask_ok=p.mask_ok,
+            head_chunk_size=head_chunk_size).astype(query.dtype)
+    head = functools.partial(_local_end_aligned_head, scale=p.scale, window=sides,
+                             is_causal=is_causal)
     return _common.lift(
         head, query, key, value, p.query_valid, p.key_valid,
         method=method, mask_ok=p.mask_ok, head_chunk_size=head_chunk_size,

@@ -86,6 +86,7 @@ def luna_pack(
     return _common.poison_invalid(packed, p.mask_ok).astype(query.dtype)
 
 
+@_common.drop_in_signature
 def luna_attention(
     query: Array,
     key: Array,

@@ -132,6 +132,7 @@ def _check_conv(method: str, name: str, conv: Any, heads: int, dim: int) -> Arra
     return conv
 
 
+@_common.drop_in_signature
 def memory_compressed_attention(
     query: Array,
     key: Array,

@@ -129,6 +129,7 @@ def _nystrom_head(
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
+@_common.drop_in_signature
 def nystrom_attention(
     query: Array,
     key: Array,

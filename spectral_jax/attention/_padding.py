@@ -146,7 +146,8 @@ def seq_lengths_valid(
                 f"{method}(): `{name}` must lie in [0, {length}] (the sequence length); got "
                 f"values from {low} to {high}."
             )
-    return jnp.arange(length) < lengths[..., None]
+    positions = jnp.arange(length).reshape((1,) * lengths.ndim + (length,))
+    return positions < lengths[..., None]
 
 
 _NOT_PADDING = (

@@ -11,12 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _common, _seq
-from spectral_jax.attention._linear import (
-    check_causal_lengths,
-    end_aligned_lift,
-    feature_attention,
-)
+from spectral_jax.attention import _alignment, _common, _seq
+from spectral_jax.attention._linear import feature_attention
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
@@ -134,6 +130,7 @@ def _valid_max(
     return jax.lax.map(lambda chunk: chunk_max(*chunk), (rows, valid)).max()
 
 
+@_common.drop_in_signature
 def performer_attention(
     query: Array,
     key: Array,
@@ -143,6 +140,7 @@ def performer_attention(
     *,
     scale: float | None = None,
     is_causal: bool = False,
+    causal_alignment: str = "top_left",
     projection: Array | None = None,
     eps: float = 1e-6,
     chunk_size: int = 128,
@@ -167,11 +165,12 @@ def performer_attention(
       bias: must be None.
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: logit scale, default ``1/sqrt(head_dim)``.
-      is_causal: causal form (eps is then not added to the features); with q_len <
-        kv_len the queries are end-aligned (query i at key position kv_len − q_len + i),
-        so Flax's ``MultiHeadAttention(decode=True)`` decodes the causal form when called with
-        ``is_causal=True`` (Flax passes its own ``is_causal``, default False: the step is
-        then the bidirectional form over the cache, which adds eps to the features).
+      is_causal: causal form (eps is then not added to the features).
+      causal_alignment: ``"top_left"`` (query i sees keys j ≤ i, as ``jax.nn``) or
+        ``"bottom_right"`` (keys j ≤ kv_len − q_len + i): Flax's
+        ``MultiHeadAttention(decode=True)`` decodes the causal form with ``is_causal=True,
+        causal_alignment="bottom_right"`` (Flax passes its own ``is_causal``, default False:
+        the step is then the bidirectional form over the cache, which adds eps).
       projection: float ``(num_features, head_dim)``, required.
       eps: feature stabiliser (1e-6 as in the JAX reference).
       chunk_size: tokens per chunk of the causal scan.
@@ -188,7 +187,7 @@ def performer_attention(
 
     Raises:
       spectral_jax.UsageError: bad shapes, ``bias``, missing projection or one whose last dim is not
-        head_dim, causal with q_len > kv_len, non-padding mask.
+        head_dim, an unknown ``causal_alignment``, non-padding mask.
 
     References:
       Choromanski et al. 2021, "Rethinking Attention with Performers", ICLR, Lemma 1 and
@@ -217,7 +216,7 @@ def performer_attention(
             f"{method}(): `projection` has {projection.shape[-1]} columns but head_dim is "
             f"{query.shape[-1]}; it must be (num_features, head_dim)."
         )
-    check_causal_lengths(method, is_causal, query, key)
+    bottom_right = _alignment.bottom_right(method, causal_alignment)
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)
     head = functools.partial(
@@ -225,7 +224,8 @@ def performer_attention(
         eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
         chunk_size=chunk_size,
     )
-    return end_aligned_lift(
+    return _alignment.aligned_lift(
         head, query, key, value, p.query_valid, p.key_valid, is_causal=is_causal,
+        bottom_right_aligned=bottom_right,
         method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
     ).astype(query.dtype)

@@ -95,6 +95,7 @@ def _probsparse_head(
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
+@_common.drop_in_signature
 def probsparse_attention(
     query: Array,
     key: Array,

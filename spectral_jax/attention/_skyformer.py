@@ -43,6 +43,7 @@ def _kernelized_head(
     return jnp.where(q_valid[:, None], ring_blocks(update, None, k, v, k_valid), 0.0)
 
 
+@_common.drop_in_signature
 def kernelized_attention(
     query: Array,
     key: Array,
@@ -149,6 +150,7 @@ def _skyformer_head(
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
+@_common.drop_in_signature
 def skyformer_attention(
     query: Array,
     key: Array,

@@ -9,14 +9,49 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UnsupportedError, UsageError, _checks
-from spectral_jax.attention import _common, _padding, _ring, _seq
+from spectral_jax.attention import _alignment, _common, _padding, _ring, _seq
 
 Array = jax.Array
 
 
-def _causal_and(mask: Array | None, q_len: int, kv_len: int) -> Array:
-    causal = jnp.tril(jnp.ones((q_len, kv_len), bool), k=kv_len - q_len)
-    return causal if mask is None else jnp.logical_and(mask, causal)
+def _causal_and(mask: Array | None, q_len: int, kv_len: int, bottom_right: bool) -> Array:
+    return _and(mask, _alignment.causal_mask(q_len, kv_len, bottom_right))
+
+
+def _and(mask: Array | None, allowed: Array) -> Array:
+    """``mask & allowed`` for ``allowed`` ``(q_len, kv_len)``, at any rank promotion setting."""
+    if mask is None:
+        return allowed
+    return jnp.logical_and(mask, allowed.reshape((1,) * (mask.ndim - 2) + allowed.shape))
+
+
+def window_size(method: str, local_window_size: Any) -> tuple[int, int] | None:
+    """``local_window_size`` as jax.nn reads it: None, w (= (w, w)) or (left, right) ≥ 0.
+
+    Raises:
+      spectral_jax.UsageError: anything else.
+    """
+    if local_window_size is None:
+        return None
+    pair = ((local_window_size, local_window_size) if isinstance(local_window_size, int)
+            else tuple(local_window_size) if isinstance(local_window_size, (tuple, list))
+            else None)
+    if (pair is None or len(pair) != 2 or any(isinstance(w, bool) or not isinstance(w, int)
+                                              or w < 0 for w in pair)):
+        raise UsageError(
+            f"{method}(): `local_window_size` must be None, an int w >= 0 or a pair (left, "
+            f"right) of ints >= 0 (keys i - left .. i + right, as jax.nn); got "
+            f"{local_window_size!r}.")
+    return pair
+
+
+def _window_and(mask: Array | None, q_len: int, kv_len: int, window: tuple[int, int],
+                bottom_right: bool) -> Array:
+    """jax.nn's sliding window: query i sees keys i − left ≤ j ≤ i + right (positions per
+    the alignment)."""
+    position = jnp.arange(q_len)[:, None] + (kv_len - q_len if bottom_right else 0)
+    offset = position - jnp.arange(kv_len)[None, :]
+    return _and(mask, (offset <= window[0]) & (offset >= -window[1]))
 
 
 def _dropout_rate(method: str, flax_kwargs: dict[str, Any]) -> Any:
@@ -70,6 +105,7 @@ def _dropout_multiplier(method: str, flax_kwargs: dict[str, Any], shape: tuple[i
     return keep.astype(jnp.float32) / (1.0 - rate)
 
 
+@_common.drop_in_signature
 def softmax_attention(
     query: Array,
     key: Array,
@@ -82,6 +118,8 @@ def softmax_attention(
     implementation: str | None = None,
     query_seq_lengths: Array | None = None,
     key_value_seq_lengths: Array | None = None,
+    local_window_size: int | tuple[int, int] | None = None,
+    causal_alignment: str = "top_left",
     **flax_kwargs: Any,
 ) -> Array:
     """Exact scaled dot-product attention, softmax(q kᵀ · scale + bias) v.
@@ -97,16 +135,24 @@ def softmax_attention(
       bias: optional additive logit bias broadcastable to ``(batch, heads, q_len, kv_len)``.
       mask: optional bool, True = attend, broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: logit scale; default ``1/sqrt(head_dim)``.
-      is_causal: if True, query i attends to keys j <= i (+ kv_len - q_len).
+      is_causal: if True, query i attends to keys j <= i (top-left, as jax.nn; see
+        ``causal_alignment``).
       implementation: passed to ``jax.nn.dot_product_attention`` (None, "xla" or "cudnn").
       query_seq_lengths: optional int ``(batch...,)``: only the first ``query_seq_lengths``
         queries of each example are valid (combined with ``mask``).
       key_value_seq_lengths: optional int ``(batch...,)``: only the first
         ``key_value_seq_lengths`` keys and values of each example are valid.
+      local_window_size: None, w or (left, right): query i attends only to keys
+        i − left ≤ j ≤ i + right, as in ``jax.nn.dot_product_attention``.
+      causal_alignment: ``"top_left"`` (default, as jax.nn and Flax) or ``"bottom_right"``
+        (query i at key position kv_len − q_len + i, as in decoding), for the causal mask and
+        the window when q_len ≠ kv_len (:mod:`spectral_jax.attention._alignment`).
       **flax_kwargs: Flax ``attention_fn`` keywords. ``dropout_rate``, ``dropout_rng``,
         ``deterministic`` and ``broadcast_dropout`` drop attention weights as
         ``flax.nnx.dot_product_attention`` does (then the weights are formed explicitly);
-        ``dtype``, ``precision`` and ``module`` are accepted and ignored.
+        ``module`` (Flax's ``sow_weights=True``) sows the weights before dropout as Flax
+        does (``attention_weights`` in the module's intermediates); ``dtype`` and
+        ``precision`` are accepted and ignored.
 
     Returns:
       ``(batch..., q_len, heads, v_head_dim)`` in ``query``'s dtype. Softmax runs in float32.
@@ -127,12 +173,21 @@ def softmax_attention(
       (2, 16, 4, 8)
     """
     method = "softmax_attention"
-    _common.check_flax_kwargs(method, flax_kwargs, dropout_ok=True)
-    dropout = _dropout_rate(method, flax_kwargs) is not None
+    _common.check_flax_kwargs(method, flax_kwargs, dropout_ok=True,
+                              honoured=frozenset({"implementation"}))
+    # Sowing needs the weights themselves, which the explicit path forms.
+    dropout = (_dropout_rate(method, flax_kwargs) is not None
+               or flax_kwargs.get("module") is not None)
     _common.check_qkv(method, query, key, value)
     _checks.boolean(f"{method}()", "is_causal", is_causal)
+    bottom_right = _alignment.bottom_right(method, causal_alignment)
+    window = window_size(method, local_window_size)
     scale = _common.default_scale(method, scale, query.shape[-1])
     if _seq.active() is not None:
+        if window is not None:
+            raise UnsupportedError(
+                f"{method}(): `local_window_size` on a split sequence is not implemented; "
+                "use local_attention, whose shard form exchanges a halo.")
         return _ring_attention(method, query, key, value, scale, is_causal, dropout)
     q_len, kv_len = query.shape[-3], key.shape[-3]
     batch_shape = query.shape[:-3]
@@ -153,7 +208,9 @@ def softmax_attention(
             mask = prefix if mask is None else mask & prefix
     if is_causal:
         # Folded into the mask so the empty-row check below sees it too.
-        mask = _causal_and(mask, q_len, kv_len)
+        mask = _causal_and(mask, q_len, kv_len, bottom_right)
+    if window is not None:
+        mask = _window_and(mask, q_len, kv_len, window, bottom_right)
     if mask is not None:
         # A key no query may see still enters P @ V as 0 * v: zero it, so that inf or NaN in
         # padding never reaches a valid output.
@@ -198,6 +255,7 @@ def _ring_attention(method: str, query: Array, key: Array, value: Array, scale: 
                         head_chunk_size=None, mask_ok=mask_ok).astype(query.dtype)
 
 
+@_common.drop_in_signature
 def reference_attention(
     query: Array,
     key: Array,
@@ -240,10 +298,22 @@ def reference_attention(
         _padding.check_mask_shape(method, mask, logits.shape)
         valid = jnp.broadcast_to(mask, logits.shape)
     if is_causal:
-        valid = _causal_and(valid, query.shape[-3], key.shape[-3])
+        valid = _causal_and(valid, query.shape[-3], key.shape[-3], bottom_right=False)
     weights = _common.masked_softmax(logits, valid)
+    if flax_kwargs.get("module") is not None:
+        _sow(flax_kwargs["module"], weights)
     multiplier = _dropout_multiplier(method, flax_kwargs, logits.shape)
     if multiplier is not None:
         weights = weights * multiplier.astype(ct)
     out = jnp.einsum("...hqk,...khd->...qhd", weights, value.astype(ct), precision=hi)
     return out.astype(query.dtype)
+
+
+def _sow(module: Any, weights: Array) -> None:
+    """Flax's ``sow_weights``: the weights ``(batch..., heads, q_len, kv_len)`` under
+    ``attention_weights`` in the module's intermediates, as ``flax.nnx`` / ``flax.linen``'s
+    ``dot_product_attention_weights`` store them."""
+    from flax import nnx
+
+    collection = nnx.Intermediate if isinstance(module, nnx.Module) else "intermediates"
+    module.sow(collection, "attention_weights", weights)

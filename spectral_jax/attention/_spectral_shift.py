@@ -206,6 +206,7 @@ def _shift_core(
     )
 
 
+@_common.drop_in_signature
 def spectral_shift_attention(
     query: Array,
     key: Array,

@@ -90,6 +90,7 @@ def _symmetric_head(
     return jnp.where(valid[:, None], out, 0.0)
 
 
+@_common.drop_in_signature
 def symmetric_spectral_shift_attention(
     query: Array,
     key: Array | None,

@@ -14,6 +14,9 @@ from spectral_jax import attention as _attention
 
 # Arrays that describe one call's inputs; a module takes them through `mask` instead.
 _PER_CALL = frozenset({"query_seq_lengths", "key_value_seq_lengths"})
+# jax.nn's keywords and the causal alignment: the layer calls its method at equal lengths,
+# through its own decode form, so these are the functions' concern, not the layer's options.
+_CALL_FORM = frozenset({"local_window_size", "implementation", "causal_alignment"})
 _OWNER = "MultiHeadAttention"
 
 
@@ -115,7 +118,7 @@ def _function_parameters(spec: _attention.AttentionSpec) -> frozenset[str]:
         if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
         and p.name not in ("query", "key", "value", "bias", "mask", "is_causal", *state,
                            *carry_flag)
-    ) - _attention.FLAX_KWARGS - _PER_CALL
+    ) - _attention.FLAX_KWARGS - _PER_CALL - _CALL_FORM
 
 
 def allowed_attention_kwargs(attention: str) -> frozenset[str]:

@@ -155,7 +155,7 @@ def _one_chunk(q: Array, k: Array, v: Array, g: Array, beta: Array | None,
     decay = jnp.where(seg[-1] == 0, jnp.exp(g_in[-1]), 0.0)
     sq = q * scale
     scores = jax.vmap(lambda x: pair(x, k))(sq)
-    q_in = sq * e_in
+    q_in = sq * e_in[None]
     k_out = k * e_out
     if beta is None:
         return Chunks(scores, q_in, k_out, decay, v, None)

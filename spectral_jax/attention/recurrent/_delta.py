@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spectral_jax.attention import _common
 from spectral_jax.attention.recurrent import _family
 
 Array = jax.Array
@@ -35,6 +36,7 @@ def _inputs(method: str, query: Array, key: Array, value: Array, bias: Any, mask
     return (g if g_trailing else g[..., None]), beta
 
 
+@_common.drop_in_signature
 def deltanet_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, beta: Array, scale: float | None = None,
@@ -94,6 +96,7 @@ def deltanet_attention(
                        flax_kwargs=flax_kwargs, **_family.passed(arguments))
 
 
+@_common.drop_in_signature
 def gated_deltanet_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, g: Array, beta: Array, scale: float | None = None,
@@ -141,6 +144,7 @@ def gated_deltanet_attention(
                        flax_kwargs=flax_kwargs, **_family.passed(arguments))
 
 
+@_common.drop_in_signature
 def kda_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, g: Array, beta: Array, scale: float | None = None,

@@ -28,6 +28,7 @@ def _log_decay(method: str, name: str, g: Any, query: Array, heads: _family.Head
     return g
 
 
+@_common.drop_in_signature
 def gla_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, g: Array, scale: float | None = None,
@@ -97,6 +98,7 @@ def gla_attention(
                        flax_kwargs=flax_kwargs, **_family.passed(arguments))
 
 
+@_common.drop_in_signature
 def simple_gla_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, g: Array, scale: float | None = None,
@@ -141,6 +143,7 @@ def retnet_decays(num_heads: int, dtype: Any = jnp.float32) -> Array:
     return jnp.log1p(-(2.0 ** (-5.0 - jnp.arange(num_heads, dtype=dtype))))
 
 
+@_common.drop_in_signature
 def retnet_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, scale: float | None = None, is_causal: bool = True,

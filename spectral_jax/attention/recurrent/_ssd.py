@@ -27,6 +27,7 @@ def _per_head(method: str, name: str, x: Any, heads: int, trailing_ok: int | Non
     return jnp.broadcast_to(jnp.asarray(x), (heads, *shape[1:]))
 
 
+@_common.drop_in_signature
 def mamba2_attention(
     query: Array, key: Array, value: Array, bias: Array | None = None,
     mask: Array | None = None, *, dt: Array, A: Array, D: Array | None = None,
@@ -103,7 +104,7 @@ def mamba2_attention(
                         "softplus")
     if tuple(dt_limit) != (0.0, math.inf):  # Mamba-2 clamps only when a limit is set
         dt = jnp.clip(dt, *dt_limit)
-    g = (dt * a.astype(ct))[..., None]
+    g = (dt * a.astype(ct).reshape((1,) * (dt.ndim - 1) + (-1,)))[..., None]
     x = value.astype(ct)
     skip = None
     if D is not None:
