@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _hints
+from spectral_jax.attention import _hints, _seq
 from spectral_jax.attention._hints import cached_decode_hint, causal_methods_hint
 
 # The drop-in keywords live in their own file; every method reaches them through this floor.
@@ -31,13 +31,19 @@ Array = jax.Array
 def check_call(
     method: str, query: Array, key: Array, value: Array, bias: Array | None, is_causal: bool,
     flax_kwargs: dict[str, Any], *, mask: Array | None, causal_ok: bool = False,
-    honoured: frozenset[str] = frozenset(),
+    honoured: frozenset[str] = frozenset(), grouped_ok: bool = True,
 ) -> None:
     """The checks every approximate method starts with: keywords (``honoured`` as in
-    :func:`check_flax_kwargs`), layout, bias, Flax's decode call
+    :func:`check_flax_kwargs`), layout (grouped heads where ``grouped_ok``, which
+    :func:`lift` computes per key/value head), bias, Flax's decode call
     (:func:`reject_cache_query`), causality."""
     check_flax_kwargs(method, flax_kwargs, honoured=honoured)
-    check_qkv(method, query, key, value)
+    check_qkv(method, query, key, value, grouped_ok=grouped_ok)
+    if query.shape[-2] != key.shape[-2] and _seq.active() is not None:
+        raise UnsupportedError(
+            f"{method}(): grouped-query heads on a split sequence are not implemented; got "
+            f"query {query.shape[-2]} and key/value {key.shape[-2]} heads. Repeat the key and "
+            "value heads (jnp.repeat(key, groups, axis=-2)) before sequence_parallel.")
     reject_bias(method, bias)
     _checks.boolean(f"{method}()", "is_causal", is_causal)
     reject_cache_query(method, query, key, mask)
@@ -82,8 +88,14 @@ def reject_cache_query(method: str, query: Array, key: Array, mask: Array | None
     )
 
 
-def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:
-    """Validates the (batch..., length, heads, head_dim) layout of query, key and value."""
+def check_qkv(method: str, query: Array, key: Array, value: Array, *,
+              grouped_ok: bool = False) -> None:
+    """Validates the (batch..., length, heads, head_dim) layout of query, key and value.
+
+    ``grouped_ok``: the query heads may be a multiple of the key/value heads (GQA / MQA;
+    Ainslie et al. 2023), each group of consecutive query heads sharing one key/value head,
+    as in ``jax.nn.dot_product_attention``.
+    """
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not hasattr(x, "ndim") or x.ndim < 3:
             raise UsageError(
@@ -107,10 +119,18 @@ def check_qkv(method: str, query: Array, key: Array, value: Array) -> None:
         raise UsageError(
             f"{method}(): key and value lengths differ: {key.shape[-3]} vs {value.shape[-3]}."
         )
-    if not (query.shape[-2] == key.shape[-2] == value.shape[-2]):
+    heads, kv_heads = query.shape[-2], key.shape[-2]
+    if kv_heads != value.shape[-2]:
         raise UsageError(
-            f"{method}(): number of heads differs: query {query.shape[-2]}, key "
-            f"{key.shape[-2]}, value {value.shape[-2]}."
+            f"{method}(): key and value head counts differ: key {kv_heads}, value "
+            f"{value.shape[-2]}."
+        )
+    if heads != kv_heads and not (grouped_ok and kv_heads and heads % kv_heads == 0):
+        allowed = ("a multiple of the key/value heads (grouped-query attention)" if grouped_ok
+                   else "equal to the key/value heads (this form takes no grouped heads)")
+        raise UsageError(
+            f"{method}(): query heads must be {allowed}; got query {heads}, key/value "
+            f"{kv_heads}."
         )
     if query.shape[-1] != key.shape[-1]:
         raise UsageError(
@@ -230,6 +250,10 @@ def lift(
     keeps no per-slice residuals and memory stays at one chunk's kernels. ``mask_ok`` (bool
     ``(B,)``, from :func:`padding_from_mask`) makes the outputs of failing examples NaN.
     """
+    if key.shape[-2] != query.shape[-2]:
+        return _grouped_lift(per_head, query, key, value, query_valid, key_valid,
+                             *per_head_args, method=method, head_chunk_size=head_chunk_size,
+                             mask_ok=mask_ok)
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
     heads = query.shape[-2]
@@ -269,6 +293,53 @@ def lift(
         out = jax.lax.platform_dependent(*operands, cpu=run(cpu_chunk),
                                          default=run(other_chunk))
     return _poison(out, mask_ok).reshape(*batch_shape, *out.shape[1:])
+
+
+def _grouped_lift(per_head: Callable[..., Array], query: Array, key: Array, value: Array,
+                  query_valid: Array, key_valid: Array, *per_head_args: Array, method: str,
+                  head_chunk_size: int | None, mask_ok: Array | None) -> Array:
+    """:func:`lift` for G query heads per key/value head (query heads h·G .. h·G + G − 1
+    share key/value head h, as ``jax.nn.dot_product_attention`` groups them).
+
+    The G queries of a group are vmapped with the key, value and key validity unbatched, so
+    everything the method computes from keys alone (landmarks, features, projections,
+    states) is computed once per key/value head; ``per_head_args`` stay per query head. A
+    mask whose key padding differs inside a group cannot be shared: it raises when concrete
+    and, traced, makes that example's outputs NaN like any mask that is not padding.
+    """
+    batch_shape = query.shape[:-3]
+    b = math.prod(batch_shape)
+    heads, kv_heads = query.shape[-2], key.shape[-2]
+    groups = heads // kv_heads
+    grouped_valid = key_valid.reshape(b, kv_heads, groups, -1)
+    shared = jnp.all(grouped_valid == grouped_valid[:, :, :1], axis=(1, 2, 3))
+    if not isinstance(shared, jax.core.Tracer):
+        if not bool(jnp.all(shared)):
+            raise UsageError(
+                f"{method}(): with grouped-query heads the key padding must be the same for "
+                f"the {groups} query heads that share a key/value head; the mask differs "
+                "inside a group. Pass a mask with one head (batch, 1, q_len, kv_len).")
+    else:
+        mask_ok = shared if mask_ok is None else mask_ok & shared
+
+    n, d = query.shape[-3], query.shape[-1]
+
+    def group(q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array,
+              *args: Array) -> Array:
+        # One key/value head's query group, flattened into lift's one-head layout: q
+        # (n, G·d), q_valid (G·n), args (G, ...); out (n, G·d_v).
+        out = jax.vmap(per_head, in_axes=(1, None, None, 0, None) + (0,) * len(args),
+                       out_axes=1)(q.reshape(n, groups, d), k, v,
+                                   q_valid.reshape(groups, n), k_valid, *args)
+        return out.reshape(n, -1)
+
+    q = query.reshape(*batch_shape, n, kv_heads, groups * d)
+    q_valid = query_valid.reshape(b, kv_heads, groups * n)
+    args = tuple(a.reshape(b, kv_heads, groups, *a.shape[2:]) for a in per_head_args)
+    out = lift(group, q, key, value, q_valid, grouped_valid[:, :, 0], *args,
+               method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok)
+    # (batch..., n, H_kv, G·d_v) -> (batch..., n, H_q, d_v)
+    return out.reshape(*batch_shape, n, heads, -1)
 
 
 def _chunked(per_head: Callable[..., Array], heads: int, head_chunk_size: int, q: Array,

@@ -240,7 +240,7 @@ def gated_linear_attention(
     """
     method = "gated_linear_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask,
-                       causal_ok=True)
+                       causal_ok=True, grouped_ok=False)
     if not is_causal:
         raise UnsupportedError(
             f"{method}(): `is_causal=False` is not supported: the gated recurrence S_t = "

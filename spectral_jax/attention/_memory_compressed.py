@@ -217,7 +217,7 @@ def memory_compressed_attention(
     """
     method = "memory_compressed_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs,
-                       mask=mask, causal_ok=True)
+                       mask=mask, causal_ok=True, grouped_ok=False)
     heads = query.shape[-2]
     key_conv = _check_conv(method, "key_conv", key_conv, heads, key.shape[-1])
     value_conv = _check_conv(method, "value_conv", value_conv, heads, value.shape[-1])

@@ -25,6 +25,12 @@ def _and(mask: Array | None, allowed: Array) -> Array:
     return jnp.logical_and(mask, allowed.reshape((1,) * (mask.ndim - 2) + allowed.shape))
 
 
+def _repeat_heads(query: Array, x: Array) -> Array:
+    """Key or value heads repeated to the query heads: head h serves query heads
+    h·G .. h·G + G − 1, jax.nn's grouping."""
+    return jnp.repeat(x, query.shape[-2] // x.shape[-2], axis=-2)
+
+
 def window_size(method: str, local_window_size: Any) -> tuple[int, int] | None:
     """``local_window_size`` as jax.nn reads it: None, w (= (w, w)) or (left, right) ≥ 0.
 
@@ -178,8 +184,14 @@ def softmax_attention(
     # Sowing needs the weights themselves, which the explicit path forms.
     dropout = (_dropout_rate(method, flax_kwargs) is not None
                or flax_kwargs.get("module") is not None)
-    _common.check_qkv(method, query, key, value)
+    _common.check_qkv(method, query, key, value, grouped_ok=True)
     _checks.boolean(f"{method}()", "is_causal", is_causal)
+    if query.shape[-2] != key.shape[-2]:
+        if _seq.active() is not None:
+            raise UnsupportedError(
+                f"{method}(): grouped-query heads on a split sequence are not implemented; "
+                "repeat the key and value heads before sequence_parallel.")
+        key, value = _repeat_heads(query, key), _repeat_heads(query, value)
     bottom_right = _alignment.bottom_right(method, causal_alignment)
     window = window_size(method, local_window_size)
     scale = _common.default_scale(method, scale, query.shape[-1])
@@ -283,7 +295,8 @@ def reference_attention(
     """
     method = "reference_attention"
     _common.check_flax_kwargs(method, flax_kwargs, dropout_ok=True)
-    _common.check_qkv(method, query, key, value)
+    _common.check_qkv(method, query, key, value, grouped_ok=True)
+    key, value = _repeat_heads(query, key), _repeat_heads(query, value)
     scale = _common.default_scale(method, scale, query.shape[-1])
     ct = _common.compute_dtype(query.dtype)
     hi = jax.lax.Precision.HIGHEST

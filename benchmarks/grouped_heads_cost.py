@@ -1,0 +1,80 @@
+"""What grouped-query heads save: XLA's operation count and memory, grouped vs repeated.
+
+For every method with a grouped form, the forward pass at ``--length`` tokens, ``--heads``
+query heads and head dim ``--head-dim`` is compiled twice: with ``--heads / --groups`` key and
+value heads (grouped: what the method computes from keys alone is done once per key/value
+head) and with those heads repeated to ``--heads`` (the same output, every head computed).
+The ratio grouped / repeated of XLA's cost analysis (FLOP) and memory analysis (bytes) needs
+no run and no quiet machine. A ratio near 1 says the method's work is mostly per query
+(softmax, whose logits are per query head); the part computed from keys alone (landmarks,
+features, projections, states) is what falls by ``--groups``.
+
+Usage::
+
+    python benchmarks/grouped_heads_cost.py --out benchmarks/grouped_heads_cost.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+
+from spectral_jax.attention import ATTENTIONS
+from spectral_jax.lra.compiled import compiled_cost, peak_bytes
+
+# The recurrent family's grouped form keeps a state per value head (its own semantics, not
+# repeated keys); gated linear and memory-compressed attention have no grouped form.
+SKIP = ("gated_linear", "memory_compressed")
+
+
+def _compiled(fn, q, k, v):
+    return jax.jit(fn).lower(q, k, v).compile()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--length", type=int, default=1024)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--groups", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--budget", type=int, default=64,
+                        help="landmarks, features, clusters, ... of every method")
+    parser.add_argument("--out", type=pathlib.Path, default=None)
+    args = parser.parse_args(argv)
+    n, h, d = args.length, args.heads, args.head_dim
+    kv_heads = h // args.groups
+    ks = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(ks[0], (1, n, h, d))
+    k, v = (jax.random.normal(kk, (1, n, kv_heads, d)) for kk in ks[1:])
+    rep = functools.partial(jnp.repeat, repeats=args.groups, axis=-2)
+    rows = ["| method | GFLOP grouped | GFLOP repeated | ratio | memory ratio |",
+            "| --- | ---: | ---: | ---: | ---: |"]
+    for name, spec in ATTENTIONS.items():
+        if name in SKIP or ".recurrent." in spec.fn.__module__:
+            continue
+        kwargs = spec.call_kwargs(jax.random.key(1), budget=args.budget, length=n, head_dim=d)
+        fn = functools.partial(spec.fn, **kwargs)
+        grouped = _compiled(fn, q, k, v)
+        repeated = _compiled(fn, q, rep(k), rep(v))
+        fg, fr = compiled_cost(grouped)[0], compiled_cost(repeated)[0]
+        mg, mr = peak_bytes(grouped), peak_bytes(repeated)
+        rows.append(f"| `{name}` | {fg:.3f} | {fr:.3f} | {fg / fr:.2f} | {mg / mr:.2f} |")
+        print(rows[-1], flush=True)
+    text = (f"Forward pass, length {n}, {h} query heads, {kv_heads} key/value heads "
+            f"(H_q / H_kv = {args.groups}), head dim {d}, batch 1, float32, "
+            f"{jax.default_backend()}; budget (landmarks, features, projection length, "
+            f"clusters) {args.budget}.\n\n"
+            + "\n".join(rows) + "\n")
+    if args.out:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Grouped-query heads (GQA / MQA): fewer key/value heads than query heads, each shared by a
+group of consecutive query heads, as ``jax.nn.dot_product_attention`` groups them."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from attention_cases import NAMES, method_kwargs
+
+from spectral_jax import UsageError
+from spectral_jax.attention import ATTENTIONS, softmax_attention
+
+B, N, D = 2, 16, 8
+# The linear-recurrent family keeps one state per value head with its own decay: grouped
+# heads there are the family's own form (tests/test_recurrent_*.py), not repeated keys.
+RECURRENT = tuple(n for n in NAMES if ".recurrent." in ATTENTIONS[n].fn.__module__)
+UNGROUPED = ("gated_linear", "memory_compressed")
+GROUPED = tuple(n for n in NAMES if n not in RECURRENT + UNGROUPED)
+
+
+def _qkv(heads: int, kv_heads: int, seed: int = 0):
+    ks = jax.random.split(jax.random.key(seed), 3)
+    return (jax.random.normal(ks[0], (B, N, heads, D)),
+            jax.random.normal(ks[1], (B, N, kv_heads, D)),
+            jax.random.normal(ks[2], (B, N, kv_heads, D)))
+
+
+def _fn(name: str):
+    return functools.partial(ATTENTIONS[name].fn, **method_kwargs(name, n=N, head_dim=D))
+
+
+@pytest.mark.parametrize("name", GROUPED)
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 2), (4, 1)], ids=["gqa", "mqa"])
+def test_grouped_heads_equal_repeated_keys_and_values(name, heads, kv_heads):
+    q, k, v = _qkv(heads, kv_heads)
+    repeat = functools.partial(jnp.repeat, repeats=heads // kv_heads, axis=-2)
+    lengths = jnp.array([N, 11])
+    valid = jnp.arange(N)[None, :] < lengths[:, None]
+    mask = valid[:, None, :, None] & valid[:, None, None, :]
+    fn = _fn(name)
+    calls = [{}, {"query_seq_lengths": lengths, "key_value_seq_lengths": lengths},
+             {"mask": mask}]
+    if ATTENTIONS[name].supports_causal:
+        calls.append({"is_causal": True, "key_value_seq_lengths": lengths})
+    for kw in calls:
+        grouped = fn(q, k, v, **kw)
+        want = fn(q, repeat(k), repeat(v), **kw)
+        np.testing.assert_allclose(np.asarray(grouped), np.asarray(want), atol=2e-6,
+                                   err_msg=str(sorted(kw)))
+
+
+def test_grouped_softmax_is_jax_nns():
+    q, k, v = _qkv(6, 2, seed=1)
+    np.testing.assert_allclose(np.asarray(softmax_attention(q, k, v, is_causal=True)),
+                               np.asarray(jax.nn.dot_product_attention(q, k, v,
+                                                                       is_causal=True)),
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_heads_that_do_not_group_are_refused(name):
+    q, k, v = _qkv(3, 2)
+    with pytest.raises(UsageError, match=r"query heads must be a multiple of the key/value "
+                                         r"heads \(grouped-query attention\); got query 3, "
+                                         r"key/value 2"):
+        _fn(name)(q, k, v)
+
+
+@pytest.mark.parametrize("name", UNGROUPED)
+def test_methods_without_a_grouped_form_refuse_it(name):
+    q, k, v = _qkv(4, 2)
+    with pytest.raises(UsageError, match=r"query heads must be equal to the key/value heads "
+                                         r"\(this form takes no grouped heads\); got query 4"):
+        _fn(name)(q, k, v, is_causal=True)
+
+
+def test_key_padding_differing_inside_a_group_is_refused():
+    q, k, v = _qkv(4, 2)
+    valid = jnp.ones((B, 4, N), bool).at[:, 1, 12:].set(False)  # head 1 shares with head 0
+    mask = jnp.ones((B, 4, N, 1), bool) & valid[:, :, None, :]
+    with pytest.raises(UsageError, match="the mask differs inside a group"):
+        _fn("nystrom")(q, k, v, mask=mask)
