@@ -41,10 +41,43 @@ def bottom_right(method: str, causal_alignment: Any) -> bool:
     return causal_alignment == "bottom_right"
 
 
+def _offsets(q_len: int, kv_len: int, bottom_right_aligned: bool) -> Array:
+    """int ``(q_len, kv_len)``: query i's position minus key j's."""
+    position = jnp.arange(q_len)[:, None] + (kv_len - q_len if bottom_right_aligned else 0)
+    return position - jnp.arange(kv_len)[None, :]
+
+
 def causal_mask(q_len: int, kv_len: int, bottom_right_aligned: bool) -> Array:
     """bool ``(q_len, kv_len)``: query i may see key j."""
-    offset = kv_len - q_len if bottom_right_aligned else 0
-    return jnp.tril(jnp.ones((q_len, kv_len), bool), k=offset)
+    return _offsets(q_len, kv_len, bottom_right_aligned) >= 0
+
+
+def window_size(method: str, local_window_size: Any) -> tuple[int, int] | None:
+    """``local_window_size`` as jax.nn reads it: None, w (= (w, w)) or (left, right) ≥ 0.
+
+    Raises:
+      spectral_jax.UsageError: anything else.
+    """
+    if local_window_size is None:
+        return None
+    pair = ((local_window_size, local_window_size) if isinstance(local_window_size, int)
+            else tuple(local_window_size) if isinstance(local_window_size, (tuple, list))
+            else None)
+    if (pair is None or len(pair) != 2 or any(isinstance(w, bool) or not isinstance(w, int)
+                                              or w < 0 for w in pair)):
+        raise UsageError(
+            f"{method}(): `local_window_size` must be None, an int w >= 0 or a pair (left, "
+            f"right) of ints >= 0 (keys i - left .. i + right, as jax.nn); got "
+            f"{local_window_size!r}.")
+    return pair
+
+
+def window_mask(q_len: int, kv_len: int, window: tuple[int, int],
+                bottom_right_aligned: bool) -> Array:
+    """bool ``(q_len, kv_len)``: jax.nn's sliding window, query i sees keys
+    i − left ≤ j ≤ i + right (positions per the alignment)."""
+    offset = _offsets(q_len, kv_len, bottom_right_aligned)
+    return (offset <= window[0]) & (offset >= -window[1])
 
 
 def aligned_lift(head: Any, query: Array, key: Array, value: Array, q_valid: Array,
@@ -61,11 +94,11 @@ def aligned_lift(head: Any, query: Array, key: Array, value: Array, q_valid: Arr
         return _common.lift(head, query, key, value, q_valid, k_valid, **lift_kwargs)
     length = max(q_len, kv_len)
 
-    def pad(x: Array, axis: int, valid: bool = False) -> Array:
+    def pad(x: Array, axis: int) -> Array:
         extra = length - x.shape[axis]
         widths = [(0, 0)] * x.ndim
         widths[axis] = (extra, 0) if bottom_right_aligned else (0, extra)
-        return jnp.pad(x, widths, constant_values=valid)
+        return jnp.pad(x, widths)
 
     q_axis = query.ndim - 3
     query, key, value = pad(query, q_axis), pad(key, q_axis), pad(value, q_axis)

@@ -7,6 +7,7 @@ error is raised, by which time ``spectral_jax.attention`` has finished importing
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 # name -> AttentionSpec, filled by spectral_jax.attention._registry at import.
@@ -32,6 +33,20 @@ def functions_with(flag: str) -> str:
       'softmax_attention'
     """
     return ", ".join(spec.fn.__name__ for spec in REGISTERED.values() if getattr(spec, flag))
+
+
+def functions_declaring(keyword: str) -> str:
+    """The registered functions that declare ``keyword`` as their own parameter (rather
+    than take it, as jax.nn's or Flax's keyword, only to refuse it), as "a, b and c".
+
+    Example:
+      >>> functions_declaring("local_window_size")
+      'softmax_attention and local_attention'
+    """
+    names = [spec.fn.__name__ for spec in REGISTERED.values()
+             if keyword in inspect.signature(spec.fn).parameters
+             and keyword not in getattr(spec.fn, "drop_in_added", frozenset())]
+    return " and ".join(filter(None, [", ".join(names[:-1]), *names[-1:]]))
 
 
 def causal_methods_hint() -> str:

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError
+from spectral_jax.attention import _hints
 
 # Keywords that Flax's ``attention_fn`` callers pass. The approximate methods form no
 # attention-weight matrix, so they accept these but refuse dropout asked for and weights to
@@ -27,11 +28,9 @@ FLAX_KWARGS = frozenset(
         "module",
     }
 )
-# ``jax.nn.dot_product_attention``'s keywords that every method takes, at least as None.
+# ``jax.nn.dot_product_attention``'s keywords that every method takes, at least as None. A
+# method that honours one declares it as its own parameter, so it never reaches **kwargs.
 JAX_NN_KWARGS = frozenset({"implementation", "local_window_size"})
-# The methods that honour each jax.nn keyword beyond None (for error messages).
-_HONOURED = {"local_window_size": "softmax_attention and local_attention",
-             "implementation": "softmax_attention (implementation='cudnn')"}
 _DEFAULTS = {"dropout_rng": None, "dropout_rate": 0.0, "broadcast_dropout": True,
              "deterministic": False, "dtype": None, "precision": None, "module": None,
              "implementation": None, "local_window_size": None}
@@ -52,11 +51,12 @@ def drop_in_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
     extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
              for name, default in _DEFAULTS.items() if name not in signature.parameters]
     fn.__signature__ = signature.replace(parameters=named + extra + var)
+    # What the function takes through **kwargs only (see _hints.functions_declaring).
+    fn.drop_in_added = frozenset(p.name for p in extra)
     return fn
 
 
-def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool = False,
-                      honoured: frozenset[str] = frozenset()) -> None:
+def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool = False) -> None:
     """Raises for keywords that are neither the method's nor Flax's nor jax.nn's, and for
     what the method cannot do.
 
@@ -65,7 +65,7 @@ def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool =
     (``module`` given: Flax's ``sow_weights=True``) raise unless the method implements them
     (``dropout_ok``): silently skipping them would make the training and evaluation paths
     the same. jax.nn's ``implementation`` must be None or ``"xla"`` and
-    ``local_window_size`` None, unless named in ``honoured`` (the method reads it itself).
+    ``local_window_size`` None here: a method that honours them declares them itself.
     """
     unknown = sorted(set(kwargs) - FLAX_KWARGS - JAX_NN_KWARGS)
     if unknown:
@@ -74,21 +74,22 @@ def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool =
             f"parameters it accepts only Flax's attention_fn keywords {sorted(FLAX_KWARGS)} "
             f"and jax.nn.dot_product_attention's {sorted(JAX_NN_KWARGS)}."
         )
-    if "implementation" not in honoured and kwargs.get("implementation") not in (None, "xla"):
+    if kwargs.get("implementation") not in (None, "xla"):
         raise UsageError(
             f"{method}(): `implementation` must be None or 'xla' (this method is written in "
-            f"XLA operations); got {kwargs['implementation']!r}. Fused kernels: "
-            f"{_HONOURED['implementation']}.")
-    if "local_window_size" not in honoured and kwargs.get("local_window_size") is not None:
+            f"XLA operations); got {kwargs['implementation']!r}. Functions that take other "
+            f"implementations: {_hints.functions_declaring('implementation')}.")
+    if kwargs.get("local_window_size") is not None:
         raise UnsupportedError(
             f"{method}(): `local_window_size` must be None (this method has no sliding-"
-            f"window form); got {kwargs['local_window_size']!r}. Methods that take a window: "
-            f"{_HONOURED['local_window_size']}.")
+            f"window form); got {kwargs['local_window_size']!r}. Functions that take a "
+            f"window: {_hints.functions_declaring('local_window_size')}.")
     if not dropout_ok and kwargs.get("module") is not None:
         raise UnsupportedError(
             f"{method}(): sowing attention weights (Flax's sow_weights=True, which passes "
             "`module`) is not possible: this method never forms the attention-weight "
-            "matrix. Call the module with sow_weights=False, or use softmax_attention.")
+            "matrix. Call the module with sow_weights=False, or use "
+            f"{_hints.functions_with('weight_dropout')}.")
     rate = kwargs.get("dropout_rate")
     # A rate traced under jit may be nonzero, so it counts as dropout asked for.
     asked = isinstance(rate, jax.core.Tracer) or (rate is not None and bool(np.any(rate != 0)))

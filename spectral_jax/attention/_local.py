@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _alignment, _common, _seq, _softmax
+from spectral_jax.attention import _alignment, _common, _seq
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
@@ -17,15 +17,15 @@ Array = jax.Array
 
 def _local_head(
     q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
-    scale: Any, window: tuple[int, int], is_causal: bool,
+    scale: Any, sides: tuple[int, int], is_causal: bool,
 ) -> Array:
-    left, right_keys = window
-    window = max(1, left, right_keys)
+    left, right_keys = sides  # keys i - left .. i + right_keys
+    reach = max(1, left, right_keys)
     ct = _common.compute_dtype(q.dtype)
     n = q.shape[0]
-    # Blocks of `block` tokens: the keys within `window` of any query of block t lie in
-    # blocks t-1, t, t+1 (t-1, t when causal), as block >= window unless one block covers all.
-    block = min(window, n)
+    # Blocks of `block` tokens: the keys within `reach` of any query of block t lie in
+    # blocks t-1, t, t+1 (t-1, t when causal), as block >= reach unless one block covers all.
+    block = min(reach, n)
     num_blocks = -(-n // block)
     pad = num_blocks * block - n
     q = jnp.where(q_valid[:, None], q.astype(ct), 0.0) * scale
@@ -64,7 +64,7 @@ def _local_head(
 
 def _local_end_aligned_head(
     q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
-    scale: Any, window: tuple[int, int], is_causal: bool,
+    scale: Any, sides: tuple[int, int], is_causal: bool,
 ) -> Array:
     """q_len < kv_len: query i sits at p − (q_len − 1 − i), p the last valid key.
 
@@ -72,12 +72,12 @@ def _local_end_aligned_head(
     one slice of q_len + w keys, O(q_len·(q_len + w)) work whatever kv_len is.
     """
     ct = _common.compute_dtype(q.dtype)
-    left, right_keys = window
-    window = max(1, left, right_keys)
+    left, right_keys = sides
+    reach = max(1, left, right_keys)
     m, n = q.shape[0], k.shape[0]
     last = jnp.max(jnp.where(k_valid, jnp.arange(n), -1))  # -1: no valid key
-    size = min(m + window, n)
-    start = jnp.clip(last - (m - 1) - window, 0, n - size)
+    size = min(m + reach, n)
+    start = jnp.clip(last - (m - 1) - reach, 0, n - size)
     k, v, k_valid = (jax.lax.dynamic_slice_in_dim(x, start, size) for x in (k, v, k_valid))
     q = jnp.where(q_valid[:, None], q.astype(ct), 0.0) * scale
     k = jnp.where(k_valid[:, None], k.astype(ct), 0.0)
@@ -174,9 +174,10 @@ def local_attention(
     """
     method = "local_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs,
-                       mask=mask, causal_ok=True, honoured=frozenset({"local_window_size"}))
+                       mask=mask, causal_ok=True)
     _checks.positive_int(f"{method}()", "window", window)
-    sides = _softmax.window_size(method, local_window_size) or (window, window)
+    sides = _alignment.window_size(method, local_window_size) or (window, window)
+    reach = max(1, *sides)  # the halo and block size
     q_len, kv_len = query.shape[-3], key.shape[-3]
     # Flax's decode call without is_causal: the query's position is the slot just written.
     flax_decode = q_len == 1 < kv_len and mask is not None and not is_causal
@@ -188,23 +189,23 @@ def local_attention(
             f"q_len={q_len} and kv_len={kv_len}."
         )
     if _seq.active() is not None and (query.shape[-3] != key.shape[-3]
-                                      or query.shape[-3] % window):
+                                      or query.shape[-3] % reach):
         raise UsageError(
             f"{method}(): on a split sequence each shard exchanges a halo of `window` tokens "
             f"with its neighbours, so the shard length must be a multiple of the window (at "
             f"least the window) and "
-            f"q_len == kv_len; got window={window}, shard lengths {query.shape[-3]} "
+            f"q_len == kv_len; got window={reach}, shard lengths {query.shape[-3]} "
             f"(queries) and {key.shape[-3]} (keys).")
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths)
     if q_len == kv_len or not bottom_right:
         # Top-left: the shorter side padded at its end to one length, invalid.
-        head = functools.partial(_local_head, scale=p.scale, window=sides, is_causal=is_causal)
+        head = functools.partial(_local_head, scale=p.scale, sides=sides, is_causal=is_causal)
         return _alignment.aligned_lift(
             head, query, key, value, p.query_valid, p.key_valid, is_causal=True,
             bottom_right_aligned=False, method=method, mask_ok=p.mask_ok,
             head_chunk_size=head_chunk_size).astype(query.dtype)
-    head = functools.partial(_local_end_aligned_head, scale=p.scale, window=sides,
+    head = functools.partial(_local_end_aligned_head, scale=p.scale, sides=sides,
                              is_causal=is_causal)
     return _common.lift(
         head, query, key, value, p.query_valid, p.key_valid,

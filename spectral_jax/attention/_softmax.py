@@ -31,33 +31,9 @@ def _repeat_heads(query: Array, x: Array) -> Array:
     return jnp.repeat(x, query.shape[-2] // x.shape[-2], axis=-2)
 
 
-def window_size(method: str, local_window_size: Any) -> tuple[int, int] | None:
-    """``local_window_size`` as jax.nn reads it: None, w (= (w, w)) or (left, right) ≥ 0.
-
-    Raises:
-      spectral_jax.UsageError: anything else.
-    """
-    if local_window_size is None:
-        return None
-    pair = ((local_window_size, local_window_size) if isinstance(local_window_size, int)
-            else tuple(local_window_size) if isinstance(local_window_size, (tuple, list))
-            else None)
-    if (pair is None or len(pair) != 2 or any(isinstance(w, bool) or not isinstance(w, int)
-                                              or w < 0 for w in pair)):
-        raise UsageError(
-            f"{method}(): `local_window_size` must be None, an int w >= 0 or a pair (left, "
-            f"right) of ints >= 0 (keys i - left .. i + right, as jax.nn); got "
-            f"{local_window_size!r}.")
-    return pair
-
-
 def _window_and(mask: Array | None, q_len: int, kv_len: int, window: tuple[int, int],
                 bottom_right: bool) -> Array:
-    """jax.nn's sliding window: query i sees keys i − left ≤ j ≤ i + right (positions per
-    the alignment)."""
-    position = jnp.arange(q_len)[:, None] + (kv_len - q_len if bottom_right else 0)
-    offset = position - jnp.arange(kv_len)[None, :]
-    return _and(mask, (offset <= window[0]) & (offset >= -window[1]))
+    return _and(mask, _alignment.window_mask(q_len, kv_len, window, bottom_right))
 
 
 def _dropout_rate(method: str, flax_kwargs: dict[str, Any]) -> Any:
@@ -179,21 +155,17 @@ def softmax_attention(
       (2, 16, 4, 8)
     """
     method = "softmax_attention"
-    _common.check_flax_kwargs(method, flax_kwargs, dropout_ok=True,
-                              honoured=frozenset({"implementation"}))
+    _common.check_flax_kwargs(method, flax_kwargs, dropout_ok=True)
     # Sowing needs the weights themselves, which the explicit path forms.
     dropout = (_dropout_rate(method, flax_kwargs) is not None
                or flax_kwargs.get("module") is not None)
     _common.check_qkv(method, query, key, value, grouped_ok=True)
     _checks.boolean(f"{method}()", "is_causal", is_causal)
+    _common.reject_grouped_split(method, query, key)
     if query.shape[-2] != key.shape[-2]:
-        if _seq.active() is not None:
-            raise UnsupportedError(
-                f"{method}(): grouped-query heads on a split sequence are not implemented; "
-                "repeat the key and value heads before sequence_parallel.")
         key, value = _repeat_heads(query, key), _repeat_heads(query, value)
     bottom_right = _alignment.bottom_right(method, causal_alignment)
-    window = window_size(method, local_window_size)
+    window = _alignment.window_size(method, local_window_size)
     scale = _common.default_scale(method, scale, query.shape[-1])
     if _seq.active() is not None:
         if window is not None:
