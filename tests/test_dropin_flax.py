@@ -14,7 +14,7 @@ import pytest
 from attention_cases import NAMES, method_kwargs
 from flax import nnx
 
-from spectral_jax import UnsupportedError
+from spectral_jax import UnsupportedError, UsageError
 from spectral_jax.attention import ATTENTIONS, softmax_attention
 
 B, N, H, D = 2, 8, 2, 4
@@ -129,3 +129,31 @@ def test_linen_sow_weights_sows_softmax_weights():
     np.testing.assert_allclose(
         np.asarray(state["intermediates"]["attention_weights"][0]),
         np.asarray(want["intermediates"]["attention_weights"][0]), atol=1e-6)
+
+
+CAUSAL = tuple(n for n in NAMES if ATTENTIONS[n].supports_causal)
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_flax_causal_mask_with_is_causal_is_its_padding(name):
+    # A Flax model's causal mask combined with padding, passed with is_causal=True: only the
+    # causal triangle is read, so the call equals the same call with sequence lengths,
+    # concrete or traced under jit (a traced non-padding mask would give NaN).
+    n = 12
+    ks = jax.random.split(jax.random.key(5), 3)
+    q, k, v = (jax.random.normal(kk, (B, n, H, D)) for kk in ks)
+    lengths = jnp.array([n, 7])
+    valid = jnp.arange(n)[None, :] < lengths[:, None]
+    mask = nnx.combine_masks(nnx.make_causal_mask(valid), nnx.make_attention_mask(valid, valid))
+    fn = functools.partial(ATTENTIONS[name].fn, **method_kwargs(name, n=n, head_dim=D),
+                           is_causal=True)
+    want = fn(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+    np.testing.assert_allclose(np.asarray(fn(q, k, v, mask=mask)), np.asarray(want),
+                               atol=1e-5)
+    traced = jax.jit(lambda q, k, v, m: fn(q, k, v, mask=m))(q, k, v, mask)
+    np.testing.assert_allclose(np.asarray(traced), np.asarray(want), atol=1e-5)
+    if name != "softmax":
+        # Inside the triangle the mask must still be padding: a band is refused.
+        band = jnp.arange(n)[:, None] - jnp.arange(n)[None, :] <= 2
+        with pytest.raises(UsageError, match="must be a padding mask"):
+            fn(q, k, v, mask=mask.astype(bool) & band)

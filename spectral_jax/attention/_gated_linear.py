@@ -264,7 +264,8 @@ def gated_linear_attention(
             f"{method}(): `scale` must be None: linear attention has no logit scale; got {scale!r}."
         )
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
-                 key_value_seq_lengths=key_value_seq_lengths)
+                 key_value_seq_lengths=key_value_seq_lengths,
+                 is_causal=is_causal)
     head = functools.partial(
         _gated_head, feature_map=feature_map, chunk_size=chunk_size,
         eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),

@@ -197,7 +197,8 @@ def local_attention(
             f"q_len == kv_len; got window={reach}, shard lengths {query.shape[-3]} "
             f"(queries) and {key.shape[-3]} (keys).")
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
-                 key_value_seq_lengths=key_value_seq_lengths)
+                 key_value_seq_lengths=key_value_seq_lengths,
+                 is_causal=is_causal, bottom_right=bottom_right)
     if q_len == kv_len or not bottom_right:
         # Top-left: the shorter side padded at its end to one length, invalid.
         head = functools.partial(_local_head, scale=p.scale, sides=sides, is_causal=is_causal)

@@ -236,7 +236,8 @@ def memory_compressed_attention(
             f"only, so kernel_size - 1 must be at most the shard length; got kernel_size="
             f"{kernel} and {key.shape[-3]} keys per shard.")
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
-                 key_value_seq_lengths=key_value_seq_lengths)
+                 key_value_seq_lengths=key_value_seq_lengths,
+                 is_causal=is_causal)
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
     flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731

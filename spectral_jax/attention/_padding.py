@@ -22,7 +22,7 @@ Array = jax.Array
 def padding_from_mask(
     method: str, mask: Array | None, query: Array, key: Array, *,
     query_seq_lengths: Array | None = None, key_value_seq_lengths: Array | None = None,
-    with_check: bool = False,
+    with_check: bool = False, causal_offset: int | None = None,
 ) -> tuple[Array, ...]:
     """Reduces an attention mask to query and key padding, per batch element and head.
 
@@ -40,6 +40,11 @@ def padding_from_mask(
     ``query_seq_lengths`` / ``key_value_seq_lengths`` (int ``(batch...,)``, as in
     ``jax.nn.dot_product_attention``) mark only a prefix of each example valid; they are
     combined with the mask by ``and``.
+
+    ``causal_offset`` (the method runs causally; query i sees keys j <= i + offset): only
+    that triangle of the mask is read, so a causal mask combined with padding (Flax's
+    ``make_causal_mask`` and ``make_attention_mask``) reduces to its padding, concrete or
+    traced; a key is valid when a query that may see it does.
 
     Returns:
       ``query_valid`` bool ``(B, H, q_len)`` and ``key_valid`` bool ``(B, H, kv_len)``, with
@@ -66,6 +71,10 @@ def padding_from_mask(
     if mask.ndim < 2:  # a 1-D mask broadcasts as a key mask
         mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)
     check_mask_shape(method, mask, full)
+    seen = None
+    if causal_offset is not None:
+        seen = jnp.tril(jnp.ones((q_len, kv_len), bool), k=causal_offset)
+        mask = jnp.logical_and(mask, seen.reshape((1,) * (mask.ndim - 2) + seen.shape))
     # Reduce before broadcasting: a (B, 1, L, L) outer-product mask is never expanded to
     # (B, H, L, L), and XLA fuses the outer product into these reductions.
     # Row counts rather than a comparison with the outer product: the mask lies inside
@@ -74,7 +83,9 @@ def padding_from_mask(
     row_count = mask.sum(axis=-1, dtype=jnp.int32, keepdims=True)
     q_any = row_count > 0
     k_any = mask.any(axis=-2, keepdims=True)
-    full_rows = ~q_any | (row_count == k_any.sum(axis=-1, dtype=jnp.int32, keepdims=True))
+    # Under causality a row can hold only the valid keys inside its triangle.
+    row_keys = k_any if seen is None else k_any & seen
+    full_rows = ~q_any | (row_count == row_keys.sum(axis=-1, dtype=jnp.int32, keepdims=True))
     full_rows = full_rows.reshape((1,) * (len(full) - full_rows.ndim) + full_rows.shape)
     mask_ok = jnp.all(full_rows, axis=(-3, -2, -1))  # per example (batch dims of the mask)
     if not isinstance(mask_ok, jax.core.Tracer):

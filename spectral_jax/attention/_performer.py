@@ -218,7 +218,8 @@ def performer_attention(
         )
     bottom_right = _alignment.bottom_right(method, causal_alignment)
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
-                 key_value_seq_lengths=key_value_seq_lengths)
+                 key_value_seq_lengths=key_value_seq_lengths,
+                 is_causal=is_causal, bottom_right=bottom_right)
     head = functools.partial(
         _performer_head, projection=projection, scale=p.scale, is_causal=is_causal,
         eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),

@@ -39,8 +39,10 @@ class Prologue(NamedTuple):
 def prologue(
     method: str, query: Array, key: Array, mask: Array | None, scale: Any, *,
     query_seq_lengths: Array | None, key_value_seq_lengths: Array | None,
+    is_causal: bool = False, bottom_right: bool = False,
 ) -> Prologue:
-    """The scale, then the mask reduced to query and key padding (checked to be one).
+    """The scale, then the mask reduced to query and key padding (checked to be one; for a
+    causal call, on the causal triangle only, placed by ``bottom_right``).
 
     Raises:
       spectral_jax.UsageError: ``scale`` not positive, a mask or length array of the wrong
@@ -54,7 +56,9 @@ def prologue(
         return Prologue(scale, *shard.padding)
     query_valid, key_valid, mask_ok = padding_from_mask(
         method, mask, query, key, query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths, with_check=True)
+        key_value_seq_lengths=key_value_seq_lengths, with_check=True,
+        causal_offset=(key.shape[-3] - query.shape[-3] if bottom_right else 0) if is_causal
+        else None)
     landmark_valid = landmark_query_valid(query_valid, key_valid, mask, query_seq_lengths)
     return Prologue(scale, query_valid, key_valid, mask_ok, landmark_valid)
 

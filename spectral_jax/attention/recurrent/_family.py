@@ -206,7 +206,8 @@ def run(method: str, query: Array, key: Array, value: Array, mask: Array | None,
     if default_scale is not None and scale is None:
         scale = default_scale
     p = prologue(method, query, query, mask, scale, query_seq_lengths=query_seq_lengths,
-                 key_value_seq_lengths=key_value_seq_lengths)
+                 key_value_seq_lengths=key_value_seq_lengths,
+                 is_causal=True)
     ct = _common.compute_dtype(query.dtype)
     state0 = jnp.zeros((b, heads.state, d_k, d_v), ct)
     if initial_state is not None:
