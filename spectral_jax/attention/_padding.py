@@ -74,7 +74,8 @@ def padding_from_mask(
     seen = None
     if causal_offset is not None:
         seen = jnp.tril(jnp.ones((q_len, kv_len), bool), k=causal_offset)
-        mask = jnp.logical_and(mask, seen.reshape((1,) * (mask.ndim - 2) + seen.shape))
+        seen = seen.reshape((1,) * (mask.ndim - 2) + seen.shape)
+        mask = jnp.logical_and(mask, seen)
     # Reduce before broadcasting: a (B, 1, L, L) outer-product mask is never expanded to
     # (B, H, L, L), and XLA fuses the outer product into these reductions.
     # Row counts rather than a comparison with the outer product: the mask lies inside
