@@ -13,7 +13,7 @@ import jax
 from spectral_jax.lra.compiled import peak_bytes
 
 __all__ = ["ACCELERATOR_SAFETY_FACTOR", "CPU_SAFETY_FACTOR", "default_memory_budget_bytes",
-           "peak_bytes"]
+           "minor_page_faults", "peak_bytes"]
 
 # XLA's CPU buffer assignment undercounts what its runtime really holds (exact attention's
 # forward+backward at long lengths needs about twice its predicted peak), so on CPU only half
@@ -57,3 +57,17 @@ def default_memory_budget_bytes(device: jax.Device | None = None) -> int:
         if "bytes_limit" in stats:
             return int(ACCELERATOR_SAFETY_FACTOR * stats["bytes_limit"])
     return int(CPU_SAFETY_FACTOR * _available_host_bytes())
+
+
+def minor_page_faults() -> int | None:
+    """The process's minor page faults so far (None where ``resource`` is missing: Windows).
+
+    On CPU, XLA allocates each call's scratch buffer afresh; where the allocator maps a large
+    one anew, the kernel zero-fills its pages on first touch on every call, which shows here
+    and in the time (see benchmarks/README.md).
+    """
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

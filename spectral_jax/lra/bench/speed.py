@@ -25,7 +25,11 @@ from spectral_jax.attention import (
     get_attention_spec,
 )
 from spectral_jax.lra.bench import methods as methods_lib
-from spectral_jax.lra.bench.memory import default_memory_budget_bytes, peak_bytes
+from spectral_jax.lra.bench.memory import (
+    default_memory_budget_bytes,
+    minor_page_faults,
+    peak_bytes,
+)
 from spectral_jax.lra.compiled import compiled_cost
 
 Array = jax.Array
@@ -267,13 +271,13 @@ def run_speed(
         for _ in range(warmup):
             jax.block_until_ready(compiled(q, k, v, state))
         times = []
-        faults_before = _minor_faults()
+        faults_before = minor_page_faults()
         for _ in range(repeats):
             start = time.perf_counter()
             jax.block_until_ready(compiled(q, k, v, state))
             times.append(time.perf_counter() - start)
         if faults_before is not None:
-            record["minor_faults_per_call"] = (_minor_faults() - faults_before) / repeats
+            record["minor_faults_per_call"] = (minor_page_faults() - faults_before) / repeats
         record["times_s"] = times
         record["time_s"] = statistics.median(times)
         faults = record["minor_faults_per_call"]
@@ -312,21 +316,6 @@ def slice_cost(
         spec, spec, spec, state_spec).compile()
     flop, byte = compiled_cost(compiled)
     return slices * flop, slices * byte
-
-
-
-def _minor_faults() -> int | None:
-    """The process's minor page faults so far (None where ``resource`` is missing: Windows).
-
-    On CPU, XLA allocates each call's scratch buffer afresh; where the allocator maps a large
-    one anew, the kernel zero-fills its pages on first touch on every call, which shows here
-    and in the time (see benchmarks/README.md).
-    """
-    try:
-        import resource
-    except ImportError:
-        return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def add_ratios(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

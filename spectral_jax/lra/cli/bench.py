@@ -27,11 +27,8 @@ from typing import Any
 from spectral_jax import UsageError
 
 # Where results go without --out: one folder the repository's .gitignore lists.
-DEFAULT_OUT = {"speed": os.path.join("bench_out", "speed"),
-               "error": os.path.join("bench_out", "error"),
-               "compile": os.path.join("bench_out", "compile"),
-               "decode": os.path.join("bench_out", "decode"),
-               "parallel": os.path.join("bench_out", "parallel")}
+DEFAULT_OUT = {command: os.path.join("bench_out", command)
+               for command in ("speed", "error", "compile", "decode", "parallel")}
 
 
 def _console() -> Any:
@@ -74,13 +71,9 @@ def _method(name: str) -> str:
 def _budget(text: str) -> tuple[str, int]:
     """An argparse ``type``: ``PARAM=N`` (checked against the registry when the command runs)."""
     name, sep, value = text.partition("=")
-    try:
-        number = int(value)
-    except ValueError:
-        number = None
-    if not sep or not name or number is None:
+    if not sep or not name or not value.strip().removeprefix("-").isdigit():
         raise argparse.ArgumentTypeError(f"expected PARAM=N such as num_landmarks=64; got {text!r}")
-    return name.strip().replace("-", "_"), number
+    return name.strip().replace("-", "_"), int(value)
 
 
 def _wrote(json_path: Any, png_path: Any) -> str:
@@ -89,7 +82,7 @@ def _wrote(json_path: Any, png_path: Any) -> str:
 
 
 def _speed(args: argparse.Namespace) -> int:
-    from spectral_jax.lra.bench import memory, report, speed
+    from spectral_jax.lra.bench import memory, report, roofline, speed
 
     if args.methods is None:
         args.methods = _all_methods()
@@ -112,9 +105,13 @@ def _speed(args: argparse.Namespace) -> int:
         head_dim=args.head_dim, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup,
         memory_budget_bytes=budget, modes=args.modes, head_chunk_size=args.head_chunk_size,
         exact_implementations=args.exact_impls, run=not args.compile_only,
-        cost_analysis=args.cost_analysis, progress=console.print, **budgets,
+        cost_analysis=args.cost_analysis or args.roofline, progress=console.print,
+        **budgets,
     )
     records = speed.add_ratios(records)
+    rates = None if not args.roofline or args.compile_only else roofline.calibrate(
+        head_dim=args.head_dim, thin_rows=max(args.lengths) * args.heads * args.batch)
+    records = records if rates is None else roofline.add_roofline(records, rates)
     config = {k: v for k, v in vars(args).items() if k not in ("func", "budget")}
     config.update(budgets)  # e.g. "num_landmarks": 64, as the flags gave them
     config["memory_budget_bytes"] = budget
@@ -128,6 +125,10 @@ def _speed(args: argparse.Namespace) -> int:
         console.print(f"[yellow]{note}[/yellow]")
     payload = {"kind": "speed", "config": config, "environment": _environment(),
                "records": records}
+    if rates is not None:
+        payload["machine_rates"] = rates._asdict()
+        console.print(roofline.write_markdown(f"{args.out}.md", records, rates, title),
+                      soft_wrap=True, highlight=False, markup=False)
     json_path = report.write_json(f"{args.out}.json", payload)
     png_path = report.plot_speed(records, f"{args.out}.png", title=title)
     console.print(_wrote(json_path, png_path), soft_wrap=True, highlight=False)
@@ -308,6 +309,9 @@ def add_parser(subparsers: Any) -> None:
     sp.add_argument("--cost-analysis", action="store_true",
                     help="also report XLA's operation count per configuration (GFLOP, all "
                          "heads at once, nothing rematerialised): unchanged by machine load")
+    sp.add_argument("--roofline", action="store_true",
+                    help="each rate as a fraction of its roof (a matmul and a copy timed in "
+                         "the same run), in OUT.md; implies --cost-analysis")
     sp.add_argument("--out", default=DEFAULT_OUT["speed"],
                     help="writes OUT.json and OUT.png (the default folder is git-ignored)")
     sp.set_defaults(func=_speed)
