@@ -159,7 +159,8 @@ def init_decode_state(
       method: a name from :func:`decode_methods`.
       batch_shape: the batch dims of the queries to decode.
       max_length: tokens the state must hold per example (prompt and generated ones).
-      num_heads, head_dim, v_head_dim: the layout (``v_head_dim`` defaults to head_dim).
+      num_heads, head_dim, v_head_dim: the key/value layout (``v_head_dim`` defaults to
+        head_dim); with grouped-query heads the steps' queries have a multiple of num_heads.
       dtype: dtype of stored keys and values (running sums are float32).
       **kwargs: the method's parameters that size the state (``window``, ``projection``,
         ``key_conv``/``value_conv``/``stride``), as for :func:`decode_step`.
@@ -240,7 +241,9 @@ def prefill(
     Args:
       method: a name from :func:`decode_methods`.
       query, key, value: float ``(batch..., P, heads, head_dim)`` (value: ``v_head_dim``),
-        the prompts right-padded to one length P.
+        the prompts right-padded to one length P. Grouped-query heads (softmax, local,
+        linear, performer): the query may have a multiple of the key/value heads; the state
+        then holds the key/value heads only.
       max_length: tokens the state holds per example, P ≤ max_length.
       lengths: int ``(batch...)``: each prompt's length (≤ P; 0 allowed); None: all P.
       **kwargs: the method's parameters (as for its function: ``window``, ``feature_map``,
@@ -273,7 +276,7 @@ def prefill(
     """
     caller = "prefill()"
     spec, form = decode_form(method, caller)
-    _common.check_qkv(caller.removesuffix("()"), query, key, value)
+    _common.check_qkv(caller.removesuffix("()"), query, key, value, grouped_ok=form.grouped)
     max_length = _checks.positive_int(caller, "max_length", max_length)
     batch_shape, p = query.shape[:-3], query.shape[-3]
     if key.shape[-3] != p:

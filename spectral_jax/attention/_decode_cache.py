@@ -73,7 +73,8 @@ def _cache_step(arrays, position, write, q, k, v, params):
 KV_CACHE = DecodeForm(
     init=_cache_init, prefill=_cache_prefill, step=_cache_step,
     summary="a key/value cache of max_length slots: O(max_length·d) per head, each step "
-            "attends to every written slot")
+            "attends to every written slot",
+    grouped=True)
 
 
 # -- local: a ring buffer of the last window + 1 positions -----------------------------------
@@ -130,4 +131,5 @@ def _ring_step(arrays, position, write, q, k, v, params):
 RING_BUFFER = DecodeForm(
     init=_ring_init, prefill=_ring_prefill, step=_ring_step,
     summary="a ring buffer of the last window + 1 keys and values: O(window·d) per head, "
-            "whatever the context length")
+            "whatever the context length",
+    grouped=True)

@@ -38,6 +38,9 @@ class DecodeForm(NamedTuple):
         function returns its final state): then ``prefill`` is ``(fn, query, key, value,
         lengths, params) -> (out, arrays)`` on the unflattened batch, and ``step`` takes
         ``fn`` first.
+      grouped: the query may have a multiple of the state's heads (grouped-query
+        attention): the state holds the key/value heads, and a step reads each with its
+        query group (:func:`lift_step`), so a cache is 1/groups of the repeated heads'.
     """
 
     init: Callable[..., dict[str, Array]]
@@ -46,6 +49,7 @@ class DecodeForm(NamedTuple):
     summary: str
     outputs: Callable[..., Array] | None = None
     uses_fn: bool = False
+    grouped: bool = False
 
 
 def lift_step(core: Callable[..., tuple[Array, dict[str, Array]]], arrays: dict[str, Array],
@@ -55,9 +59,22 @@ def lift_step(core: Callable[..., tuple[Array, dict[str, Array]]], arrays: dict[
 
     ``arrays`` and ``per_head`` hold ``(B, H, ...)`` arrays, ``position`` and ``write`` are
     ``(B,)`` and q, k, v are ``(B, H, d)``; the result is ``((B, H, d_v), arrays)``.
+
+    Grouped-query heads: q may have ``G·H`` heads (query head ``h`` reads key/value head
+    ``h // G``, as ``jnp.repeat(key, G, axis=-2)`` would pair them); ``core`` then runs once
+    per key/value head with its G queries vmapped and the state unbatched, which holds for
+    every core whose state update reads only the key and value.
     """
+    b, heads = k.shape[:2]
+    groups = q.shape[1] // heads
+    if groups > 1:
+        core = jax.vmap(core, in_axes=(None, None, None, 0, None, None, None),
+                        out_axes=(0, None))
+        q = q.reshape(b, heads, groups, q.shape[-1])
     over_heads = jax.vmap(core, in_axes=(0, None, None, 0, 0, 0, 0), axis_name="heads")
-    return jax.vmap(over_heads, axis_name="batch")(arrays, position, write, q, k, v, per_head)
+    out, arrays = jax.vmap(over_heads, axis_name="batch")(arrays, position, write, q, k, v,
+                                                          per_head)
+    return out.reshape(b, heads * groups, out.shape[-1]), arrays
 
 
 def put(x: Array, index: Array, row: Array, write: Array) -> Array:

@@ -89,7 +89,8 @@ def _linear_step(arrays, position, write, q, k, v, params):
 FEATURE_STATE = DecodeForm(
     init=_linear_init, prefill=_linear_prefill, step=_linear_step,
     summary="the running sums φ(K)ᵀV (d×d_v) and Σφ(K) (d): O(d·d_v) per head, whatever the "
-            "context length")
+            "context length",
+    grouped=True)
 
 
 # -- performer --------------------------------------------------------------------------------
@@ -154,7 +155,8 @@ def _performer_step(arrays, position, write, q, k, v, params):
 RANDOM_FEATURE_STATE = DecodeForm(
     init=_performer_init, prefill=_performer_prefill, step=_performer_step,
     summary="the running sums φ(K)ᵀV (r×d_v) and Σφ(K) (r) of positive random features and "
-            "their running stabiliser: O(r·d_v) per head, whatever the context length")
+            "their running stabiliser: O(r·d_v) per head, whatever the context length",
+    grouped=True)
 
 
 # -- gated_linear ------------------------------------------------------------------------------

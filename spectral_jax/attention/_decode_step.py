@@ -33,7 +33,8 @@ def _check_state(caller: str, state: Any, query: Array, key: Array, value: Array
     if not isinstance(state, DecodeState):
         raise UsageTypeError(f"{caller}: `state` must be a DecodeState (from prefill or "
                              f"init_decode_state); got {type(state).__name__}.")
-    _common.check_qkv(caller.removesuffix("()"), query, key, value)
+    grouped = decode_form(state.method, caller)[1].grouped
+    _common.check_qkv(caller.removesuffix("()"), query, key, value, grouped_ok=grouped)
     batch_shape = state.position.shape
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.shape[-3] != 1:
@@ -42,10 +43,11 @@ def _check_state(caller: str, state: Any, query: Array, key: Array, value: Array
     some = next(iter(state.arrays.values()))
     heads = some.shape[len(batch_shape)]
     expected = (*batch_shape, 1, heads)
-    if query.shape[:-1] != expected:
+    if key.shape[:-1] != expected:
         raise UsageError(
-            f"{caller}: the state was built for batch {batch_shape} and {heads} heads; got "
-            f"query of shape {query.shape} (batch {query.shape[:-3]}, {query.shape[-2]} heads).")
+            f"{caller}: the state was built for batch {batch_shape} and {heads} key/value "
+            f"heads; got key of shape {key.shape} (batch {key.shape[:-3]}, {key.shape[-2]} "
+            "heads).")
 
 
 def decode_step(
@@ -60,7 +62,9 @@ def decode_step(
     Args:
       state: from :func:`prefill` or :func:`init_decode_state`.
       query, key, value: float ``(batch..., 1, heads, head_dim)`` (value: ``v_head_dim``):
-        the new token at each example's ``state.position``.
+        the new token at each example's ``state.position``; key and value with the state's
+        heads, the query with as many or (grouped-query heads, where :func:`prefill` allows
+        them) a multiple.
       valid: bool ``(batch...)``: False for a padding token (left padding, or a finished
         example): it is not written, the position does not advance and its output is zeros.
         None: all valid.

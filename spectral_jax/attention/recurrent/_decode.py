@@ -4,7 +4,8 @@ Prefill runs the method's chunked form over the prompt and keeps its final state
 runs the same function on one token from that state (a chunk of one token is the
 recurrence's own step), so every method of the family and its gates decode through one
 form, in O(d_k·d_v) per head and token whatever the context length. Decoding checks equal
-query, key and value head counts, as for every method (grouped heads: the functions only).
+query, key and value head counts (grouped heads: the functions only; the cache and
+feature-state decode forms take them).
 """
 
 from __future__ import annotations
