@@ -81,8 +81,8 @@ def window_mask(q_len: int, kv_len: int, window: tuple[int, int],
 
 
 def aligned_lift(head: Any, query: Array, key: Array, value: Array, q_valid: Array,
-                 k_valid: Array, *, is_causal: bool, bottom_right_aligned: bool,
-                 **lift_kwargs: Any) -> Array:
+                 k_valid: Array, *per_head_args: Array, is_causal: bool,
+                 bottom_right_aligned: bool, **lift_kwargs: Any) -> Array:
     """:func:`_common.lift` for a causal ``head`` written for q_len == kv_len.
 
     The shorter of queries and keys is padded to the longer one (zeros, marked invalid):
@@ -91,7 +91,9 @@ def aligned_lift(head: Any, query: Array, key: Array, value: Array, q_valid: Arr
     """
     q_len, kv_len = query.shape[-3], key.shape[-3]
     if not is_causal or q_len == kv_len:
-        return _common.lift(head, query, key, value, q_valid, k_valid, **lift_kwargs)
+        return _common.lift(head, query, key, value, q_valid, k_valid, *per_head_args,
+                            **lift_kwargs)
+    assert not per_head_args, "per-head arguments come with q_len == kv_len only"
     length = max(q_len, kv_len)
 
     def pad(x: Array, axis: int) -> Array:

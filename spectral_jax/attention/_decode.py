@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _segments
 from spectral_jax.attention._decode_cache import KV_CACHE, RING_BUFFER
 from spectral_jax.attention._decode_form import DecodeForm
 from spectral_jax.attention._decode_memory import COMPRESSED_MEMORY
@@ -296,6 +296,12 @@ def prefill(
         raise UsageError(f"{caller}: `lengths` must lie in [0, {p}] (the prompt length); got "
                          f"{np.asarray(lengths).tolist()}.")
     params = method_params(spec, caller, kwargs, required=state_arguments(spec, with_gates=True))
+    segmented = [n for n in _segments.KEYWORDS if params.get(n) is not None]
+    if segmented and not form.uses_fn:
+        raise UnsupportedError(
+            f"{caller}: `{segmented[0]}` given, but the {spec.decode!r} state of "
+            f"attention={method!r} holds every prompt token, not one segment; prefill one "
+            "document per example (the recurrent family's state resets at segment ids).")
     q, k, v = (flat_batch(x, batch_shape) for x in (query, key, value))
     # A traced length outside [0, P] would claim slots the prompt never wrote: the example
     # is flagged (ok False) and its state built from the length clipped into range.

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax import UsageError, UsageTypeError
-from spectral_jax.attention import _common
+from spectral_jax.attention import _common, _segments
 from spectral_jax.attention._decode import (
     DecodeState,
     decode_form,
@@ -95,6 +95,10 @@ def decode_step(
     _check_state(caller, state, query, key, value)
     spec, form = decode_form(state.method, caller)
     params = method_params(spec, caller, kwargs, required=state_arguments(spec, with_gates=True))
+    segmented = [n for n in _segments.KEYWORDS if params.get(n) is not None]
+    if segmented:
+        raise UsageError(f"{caller}: `{segmented[0]}` given; a step is one token of the "
+                         "segment the state holds (prefill resets at segment ids).")
     batch_shape = state.position.shape
     b = math.prod(batch_shape)
     valid = jnp.ones(batch_shape, bool) if valid is None else jnp.asarray(valid)

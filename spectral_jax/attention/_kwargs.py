@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError
-from spectral_jax.attention import _hints
+from spectral_jax.attention import _hints, _segments
 
 # Keywords that Flax's ``attention_fn`` callers pass. The approximate methods form no
 # attention-weight matrix, so they accept these but refuse dropout asked for and weights to
@@ -67,7 +67,8 @@ def check_flax_kwargs(method: str, kwargs: dict[str, Any], *, dropout_ok: bool =
     the same. jax.nn's ``implementation`` must be None or ``"xla"`` and
     ``local_window_size`` None here: a method that honours them declares them itself.
     """
-    unknown = sorted(set(kwargs) - FLAX_KWARGS - JAX_NN_KWARGS)
+    _segments.refuse(method, kwargs)
+    unknown = sorted(set(kwargs) - FLAX_KWARGS - JAX_NN_KWARGS - set(_segments.KEYWORDS))
     if unknown:
         raise UsageTypeError(
             f"{method}() got unexpected keyword argument(s) {unknown}; besides its own "

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _alignment, _common, _seq
+from spectral_jax.attention import _alignment, _common, _segments, _seq
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
@@ -31,7 +31,7 @@ def feature_attention(
     query_features: Callable[[Array], Array],
     key_features: Callable[[Array, Array], Array],
     q: Array, k: Array, v: Array, k_valid: Array, *,
-    is_causal: bool, chunk_size: int, eps: float,
+    is_causal: bool, chunk_size: int, eps: float, segments: Array | None = None,
 ) -> Array:
     """φ(Q)(φ(K)ᵀV) / (φ(Q)φ(K)ᵀ1 + eps) for one head, from feature maps applied to rows.
 
@@ -48,6 +48,9 @@ def feature_attention(
     step's O(chunk·(r + chunk + d_v)) work (compiled sizes in
     ``benchmarks/attention_cpu_measurements.md``).
 
+    With ``segments`` (int ``(n,)``, self-attention, each id one contiguous run) the sums
+    restart where the id changes (:func:`segmented_sums`).
+
     Args:
       query_features: ``(rows, d) -> (rows, r)``.
       key_features: ``((rows, d), bool (rows,)) -> (rows, r)``.
@@ -57,6 +60,15 @@ def feature_attention(
     Returns:
       ``(n, d_v)`` in the features' dtype.
     """
+    if segments is not None:
+        num, den = segmented_sums(query_features, key_features, q, k, v, k_valid, segments,
+                                  chunk_size=chunk_size, strict=False)
+        if not is_causal:  # the keys after each query, in the reversed row
+            flip = lambda x: x[::-1]  # noqa: E731
+            after = segmented_sums(query_features, key_features, *map(flip, (q, k, v, k_valid,
+                                   segments)), chunk_size=chunk_size, strict=True)
+            num, den = num + after[0][::-1], den + after[1][::-1]
+        return num / _positive(den + eps)[:, None]
     if not is_causal:
         phi_q, phi_k = query_features(q), key_features(k, k_valid)
         # On a sequence split over devices: one all-reduce of the (r, d_v + 1) key summary.
@@ -100,8 +112,53 @@ def feature_attention(
     return out.reshape(nc * c, -1)[:n]
 
 
+def segmented_sums(
+    query_features: Callable[[Array], Array],
+    key_features: Callable[[Array, Array], Array],
+    q: Array, k: Array, v: Array, k_valid: Array, segments: Array, *,
+    chunk_size: int, strict: bool,
+) -> tuple[Array, Array]:
+    """Numerator ``(n, d_v)`` and denominator ``(n,)`` of causal feature attention inside
+    segments: query i sums keys j ≤ i (j < i if ``strict``) of its own contiguous run.
+
+    The chunked scan of :func:`feature_attention` with the carried sums tagged by the id of
+    the run they belong to: a query reads them only if it has that id, and a chunk's new
+    sums keep the carried ones only if its last token continues the run.
+    """
+    n = q.shape[0]
+    c = min(chunk_size, n)
+    pad = (-n) % c
+    nc = (n + pad) // c
+    chunks = [jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1)).reshape(nc, c, *x.shape[1:])
+              for x in (q, k, v, k_valid, segments)]
+    lower = jnp.tril(jnp.ones((c, c), bool), k=-1 if strict else 0)
+
+    def step(carry, chunk):
+        state, norm, run = carry
+        cq, ck, cv, ck_valid, cs = chunk
+        fq, fk = query_features(cq), key_features(ck, ck_valid)
+        local = jnp.where(lower & (cs[:, None] == cs[None, :]), fq @ fk.T, 0.0)
+        reads = (cs == run)[:, None]
+        num = jnp.where(reads, fq @ state, 0.0) + local @ cv
+        den = jnp.where(reads[:, 0], fq @ norm, 0.0) + local.sum(-1)
+        last = cs[-1]
+        fk_last = jnp.where((cs == last)[:, None], fk, 0.0)
+        kept = run == last
+        state = jnp.where(kept, state, 0.0) + fk_last.T @ cv
+        norm = jnp.where(kept, norm, 0.0) + fk_last.sum(0)
+        return (state, norm, last), (num, den)
+
+    features = jax.eval_shape(query_features, chunks[0][0])
+    ct = jnp.result_type(features.dtype, v.dtype)
+    init = (jnp.zeros((features.shape[-1], v.shape[-1]), ct),
+            jnp.zeros((features.shape[-1],), ct), segments[0])
+    _, (num, den) = jax.lax.scan(jax.checkpoint(step, prevent_cse=False), init, chunks)
+    return num.reshape(nc * c, -1)[:n], den.reshape(-1)[:n]
+
+
 def _linear_head(
-    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array,
+    segments: Array | None = None, *,
     feature_map: str, is_causal: bool, chunk_size: int, eps: float,
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
@@ -110,7 +167,8 @@ def _linear_head(
     out = feature_attention(
         lambda rows: phi(rows.astype(ct)),
         lambda rows, valid: jnp.where(valid[:, None], phi(rows.astype(ct)), 0.0),
-        q, k, v, k_valid, is_causal=is_causal, chunk_size=chunk_size, eps=eps)
+        q, k, v, k_valid, is_causal=is_causal, chunk_size=chunk_size, eps=eps,
+        segments=segments)
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
@@ -131,6 +189,9 @@ def linear_attention(
     query_seq_lengths: Array | None = None,
     key_value_seq_lengths: Array | None = None,
     head_chunk_size: int | None = None,
+    segment_ids: Array | None = None,
+    query_segment_ids: Array | None = None,
+    kv_segment_ids: Array | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Linear attention: y_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + eps), φ = elu + 1.
@@ -160,6 +221,10 @@ def linear_attention(
         ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
       head_chunk_size: (example, head) slices per step, each rematerialised in the
         backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
+      segment_ids: optional int ``(batch..., length)`` of packed sequences (self-attention,
+        each id one contiguous run): the running sums restart at each new id
+        (:mod:`spectral_jax.attention._segments`).
+      query_segment_ids, kv_segment_ids: accepted when equal (this form is self-attention).
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
         (``dropout_rate > 0``, not ``deterministic``) raises NotImplementedError.
 
@@ -198,8 +263,10 @@ def linear_attention(
         _linear_head, feature_map=feature_map, is_causal=is_causal, chunk_size=chunk_size,
         eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
     )
+    segments, mask_ok = _segments.for_running_state(
+        method, query, key, (segment_ids, query_segment_ids, kv_segment_ids), p.mask_ok)
     return _alignment.aligned_lift(
-        head, query, key, value, p.query_valid, p.key_valid, is_causal=is_causal,
+        head, query, key, value, p.query_valid, p.key_valid, *segments, is_causal=is_causal,
         bottom_right_aligned=bottom_right,
-        method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)

@@ -9,14 +9,15 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _alignment, _common, _seq
+from spectral_jax.attention import _alignment, _common, _segments, _seq
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
 
 
 def _local_head(
-    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array,
+    q_segments: Array | None = None, k_segments: Array | None = None, *,
     scale: Any, sides: tuple[int, int], is_causal: bool,
 ) -> Array:
     left, right_keys = sides  # keys i - left .. i + right_keys
@@ -56,6 +57,11 @@ def _local_head(
     allowed = (offset <= left) & (offset >= -right_keys) & valid_near[:, None, :]
     if is_causal:
         allowed &= offset >= 0
+    if q_segments is not None:  # no halo on one device: the edge rows are invalid anyway
+        edge = jnp.zeros((block,), k_segments.dtype)
+        near = neighbours(k_segments, edge, edge[:right])
+        mine = jnp.pad(q_segments, (0, pad)).reshape(num_blocks, block)
+        allowed &= mine[:, :, None] == near[:, None, :]
     logits = jnp.einsum("tqd,tkd->tqk", q_blocks, k_near)
     weights = _common.masked_softmax(logits, allowed)
     out = jnp.einsum("tqk,tkd->tqd", weights, v_near).reshape(num_blocks * block, -1)[:n]
@@ -105,6 +111,9 @@ def local_attention(
     head_chunk_size: int | None = None,
     local_window_size: int | tuple[int, int] | None = None,
     causal_alignment: str = "top_left",
+    segment_ids: Array | None = None,
+    query_segment_ids: Array | None = None,
+    kv_segment_ids: Array | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Sliding-window attention: query i attends to the valid keys j with ``|i − j| ≤ window``.
@@ -147,6 +156,9 @@ def local_attention(
       local_window_size: None, or jax.nn's window w or (left, right): keys
         i − left ≤ j ≤ i + right; given, it replaces ``window``.
       causal_alignment: ``"top_left"`` or ``"bottom_right"`` (see above).
+      segment_ids: optional int ``(batch..., length)`` of packed sequences: a query attends
+        only to keys with its id (:mod:`spectral_jax.attention._segments`).
+      query_segment_ids, kv_segment_ids: the same, given together (q_len == kv_len here).
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
         raises NotImplementedError.
 
@@ -199,11 +211,21 @@ def local_attention(
     p = prologue(method, query, key, mask, scale, query_seq_lengths=query_seq_lengths,
                  key_value_seq_lengths=key_value_seq_lengths,
                  is_causal=is_causal, bottom_right=bottom_right)
+    segments = _segments.resolve(method, query, key, segment_ids, query_segment_ids,
+                                 kv_segment_ids)
+    per_head = ()
+    if segments is not None:
+        if q_len != kv_len:
+            raise UsageError(f"{method}(): segment ids need q_len == kv_len here; got "
+                             f"q_len={q_len} and kv_len={kv_len}.")
+        heads = query.shape[-2]
+        per_head = tuple(jnp.broadcast_to(ids[:, None], (ids.shape[0], heads, ids.shape[1]))
+                         for ids in segments)
     if q_len == kv_len or not bottom_right:
         # Top-left: the shorter side padded at its end to one length, invalid.
         head = functools.partial(_local_head, scale=p.scale, sides=sides, is_causal=is_causal)
         return _alignment.aligned_lift(
-            head, query, key, value, p.query_valid, p.key_valid, is_causal=True,
+            head, query, key, value, p.query_valid, p.key_valid, *per_head, is_causal=True,
             bottom_right_aligned=False, method=method, mask_ok=p.mask_ok,
             head_chunk_size=head_chunk_size).astype(query.dtype)
     head = functools.partial(_local_end_aligned_head, scale=p.scale, sides=sides,

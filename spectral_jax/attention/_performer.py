@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _alignment, _common, _seq
+from spectral_jax.attention import _alignment, _common, _segments, _seq
 from spectral_jax.attention._linear import feature_attention
 from spectral_jax.attention._prologue import prologue
 
@@ -76,7 +76,8 @@ def orthogonal_random_features(
 
 
 def _performer_head(
-    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *,
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array,
+    segments: Array | None = None, *,
     projection: Array, scale: float, is_causal: bool, eps: float, chunk_size: int,
 ) -> Array:
     ct = _common.compute_dtype(q.dtype)
@@ -108,7 +109,8 @@ def _performer_head(
 
     v = jnp.where(k_valid[:, None], v.astype(ct), 0.0)
     out = feature_attention(query_features, key_features, q, k, v, k_valid,
-                            is_causal=is_causal, chunk_size=chunk_size, eps=0.0)
+                            is_causal=is_causal, chunk_size=chunk_size, eps=0.0,
+                            segments=segments)
     # A query with no valid key: numerator and denominator are both 0.
     return jnp.where(q_valid[:, None] & (_seq.total(k_valid.sum()) > 0), out, 0.0)
 
@@ -147,6 +149,9 @@ def performer_attention(
     query_seq_lengths: Array | None = None,
     key_value_seq_lengths: Array | None = None,
     head_chunk_size: int | None = None,
+    segment_ids: Array | None = None,
+    query_segment_ids: Array | None = None,
+    kv_segment_ids: Array | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Performer (FAVOR+) attention with positive random features, unbiased for softmax.
@@ -179,6 +184,10 @@ def performer_attention(
         ``jax.nn.dot_product_attention``), combined with ``mask`` by ``and``.
       head_chunk_size: (example, head) slices per step, each rematerialised in the
         backward pass; None: about 4096 tokens' worth on CPU for long inputs, else all.
+      segment_ids: optional int ``(batch..., length)`` of packed sequences (self-attention,
+        each id one contiguous run): the running sums restart at each new id
+        (:mod:`spectral_jax.attention._segments`).
+      query_segment_ids, kv_segment_ids: accepted when equal (this form is self-attention).
       **flax_kwargs: Flax ``attention_fn`` keywords, accepted; weight dropout asked for
         (``dropout_rate > 0``, not ``deterministic``) raises NotImplementedError.
 
@@ -225,8 +234,10 @@ def performer_attention(
         eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
         chunk_size=chunk_size,
     )
+    segments, mask_ok = _segments.for_running_state(
+        method, query, key, (segment_ids, query_segment_ids, kv_segment_ids), p.mask_ok)
     return _alignment.aligned_lift(
-        head, query, key, value, p.query_valid, p.key_valid, is_causal=is_causal,
+        head, query, key, value, p.query_valid, p.key_valid, *segments, is_causal=is_causal,
         bottom_right_aligned=bottom_right,
-        method=method, head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
+        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
     ).astype(query.dtype)

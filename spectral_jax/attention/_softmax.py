@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UnsupportedError, UsageError, _checks
-from spectral_jax.attention import _alignment, _common, _padding, _ring, _seq
+from spectral_jax.attention import _alignment, _common, _padding, _ring, _segments, _seq
 
 Array = jax.Array
 
@@ -102,6 +102,9 @@ def softmax_attention(
     key_value_seq_lengths: Array | None = None,
     local_window_size: int | tuple[int, int] | None = None,
     causal_alignment: str = "top_left",
+    segment_ids: Array | None = None,
+    query_segment_ids: Array | None = None,
+    kv_segment_ids: Array | None = None,
     **flax_kwargs: Any,
 ) -> Array:
     """Exact scaled dot-product attention, softmax(q kᵀ · scale + bias) v.
@@ -129,6 +132,9 @@ def softmax_attention(
       causal_alignment: ``"top_left"`` (default, as jax.nn and Flax) or ``"bottom_right"``
         (query i at key position kv_len − q_len + i, as in decoding), for the causal mask and
         the window when q_len ≠ kv_len (:mod:`spectral_jax.attention._alignment`).
+      segment_ids: optional int ``(batch..., length)`` of packed sequences (self-attention):
+        a query attends only to keys with its id (:mod:`spectral_jax.attention._segments`).
+      query_segment_ids, kv_segment_ids: the same for q_len ≠ kv_len, given together.
       **flax_kwargs: Flax ``attention_fn`` keywords. ``dropout_rate``, ``dropout_rng``,
         ``deterministic`` and ``broadcast_dropout`` drop attention weights as
         ``flax.nnx.dot_product_attention`` does (then the weights are formed explicitly);
@@ -141,7 +147,8 @@ def softmax_attention(
 
     Raises:
       spectral_jax.UsageError: mismatched shapes, a non-positive scale, a mask that does not
-        broadcast, or dropout without ``dropout_rng`` or with a rate outside [0, 1).
+        broadcast, segment ids of another shape or not int, or dropout without
+        ``dropout_rng`` or with a rate outside [0, 1).
       spectral_jax.UsageTypeError: non-float inputs, a non-boolean mask or an unknown keyword.
 
     References:
@@ -167,6 +174,8 @@ def softmax_attention(
     bottom_right = _alignment.bottom_right(method, causal_alignment)
     window = _alignment.window_size(method, local_window_size)
     scale = _common.default_scale(method, scale, query.shape[-1])
+    segments = _segments.resolve(method, query, key, segment_ids, query_segment_ids,
+                                 kv_segment_ids)
     if _seq.active() is not None:
         if window is not None:
             raise UnsupportedError(
@@ -190,6 +199,9 @@ def softmax_attention(
                    None if k_prefix is None else k_prefix[..., None, None, :]):
         if prefix is not None:
             mask = prefix if mask is None else mask & prefix
+    if segments is not None:
+        same = _segments.mask(segments, batch_shape)
+        mask = same if mask is None else mask & same
     if is_causal:
         # Folded into the mask so the empty-row check below sees it too.
         mask = _causal_and(mask, q_len, kv_len, bottom_right)

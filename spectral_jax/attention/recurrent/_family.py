@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _common, _seq
+from spectral_jax.attention import _common, _segments, _seq
 from spectral_jax.attention._prologue import prologue
 from spectral_jax.attention.recurrent import _chunk
 
@@ -239,6 +239,12 @@ def run(method: str, query: Array, key: Array, value: Array, mask: Array | None,
         beta = jnp.where(key_valid, jnp.swapaxes(beta.reshape(b, n, heads.state), 1, 2)
                          .astype(ct), 0.0)
     reset = resets(method, segment_ids, batch_shape, n)
+    mask_ok = p.mask_ok
+    if segment_ids is not None and _seq.active() is None:
+        ids = segment_ids.reshape(b, n)  # kept concrete where it was, for the check
+        runs_ok = _segments.check_runs(method, _segments.Segments(ids, ids))
+        if runs_ok is not None:
+            mask_ok = runs_ok if mask_ok is None else mask_ok & runs_ok
     call = Call(jnp.moveaxis(q, 1, 3), k, v, g, beta, reset, query_valid)
     chunk = _common.resolve_head_chunk_size(method, head_chunk_size, b * heads.state, n)
     out, final = _lift(call, state0, scale=p.scale, chunk_size=chunk_size, head_chunk=chunk)
@@ -247,7 +253,7 @@ def run(method: str, query: Array, key: Array, value: Array, mask: Array | None,
         out = out + jnp.swapaxes(skip, 1, 2)
     out = jnp.where(call.query_valid[..., None], out, 0.0)  # (B, H_out, n, d_v)
     out = _common.poison_invalid(jnp.swapaxes(out, 1, 2).reshape(
-        *batch_shape, n, heads.out, d_v), p.mask_ok).astype(query.dtype)
+        *batch_shape, n, heads.out, d_v), mask_ok).astype(query.dtype)
     if return_final_state:
         return out, final.reshape(*batch_shape, heads.state, d_k, d_v)
     return out
