@@ -13,8 +13,10 @@ from spectral_jax import UsageError
 from spectral_jax import attention as _attention
 from spectral_jax.nn import _decode
 from spectral_jax.nn._attention_kwargs import (
+    check_features,
     check_hashable,
     check_layer,
+    check_segment_call,
     normalise_attention_kwargs,
     split_attention_kwargs,
 )
@@ -265,6 +267,7 @@ class MultiHeadAttention(nnx.Module):
         positions: Array | None = None,
         decode: bool | None = None,
         valid: Array | None = None,
+        segment_ids: Array | None = None,
     ) -> Array | tuple[Array, Array | None]:
         """Attends from ``inputs_q`` to ``inputs_kv`` (self-attention when None).
 
@@ -290,6 +293,8 @@ class MultiHeadAttention(nnx.Module):
             valid: decode only: bool ``(batch...)`` or ``(batch..., q_len)``, False for a
               padding token (e.g. left padding): it neither enters the cache nor advances
               its example's position, and its output is the output projection of zeros.
+            segment_ids: int ``(batch..., length)``, packed sequences (no ``decode``): a token
+              attends within its segment only; with ``rope``, positions restarting per segment.
 
         Returns:
             ``(batch..., q_len, out_features)`` in the computation dtype; with
@@ -317,9 +322,11 @@ class MultiHeadAttention(nnx.Module):
             )
         if deterministic is None:  # nothing random: both modes are the same computation
             deterministic = True
-        self._check_features("inputs_q", inputs_q)
+        check_features("inputs_q", inputs_q, self.in_features)
         if inputs_kv is not None:
-            self._check_features("inputs_kv", inputs_kv)
+            check_features("inputs_kv", inputs_kv, self.in_features)
+        check_segment_call(self.attention, segment_ids, decode=decode,
+                           conv_skip=self.conv_skip is not None)
         inputs_kv = inputs_q if inputs_kv is None else inputs_kv
         query = self.query(inputs_q)
         key = self.query(inputs_kv) if self.key is None else self.key(inputs_kv)
@@ -333,7 +340,8 @@ class MultiHeadAttention(nnx.Module):
         elif mask is not None:  # Flax's make_attention_mask defaults to float 1/0
             mask = _attention.as_bool_mask("MultiHeadAttention", mask)
         if self.layer_parts is not None:  # the paper layer's convolution, before positions
-            query, key, value = self._convolve(query, key, value, mask, valid if decode else None)
+            query, key, value = self._convolve(query, key, value, mask, valid if decode else None,
+                                               segment_ids)
         if self.rope:  # rotated before any method: it approximates attention of rotated q, k
             query = apply_rope(query, positions)
             key = apply_rope(key, positions if key.shape[-3] == query.shape[-3] else None)
@@ -348,7 +356,8 @@ class MultiHeadAttention(nnx.Module):
                 f"carry is the state a layer hands to the next (Luna's P); "
                 f"attention={self.attention!r} has none, got an array of shape {carry.shape}."
             )
-        kwargs = dict(self.attention_kwargs)
+        kwargs = dict(self.attention_kwargs, **({} if segment_ids is None
+                                                 else {"segment_ids": segment_ids}))
         if self.is_causal:
             kwargs["is_causal"] = True
         if self.state is not None:
@@ -377,23 +386,14 @@ class MultiHeadAttention(nnx.Module):
         return (self.out(x), next_carry) if return_carry else self.out(x)
 
     def _convolve(self, query: Array, key: Array, value: Array, mask: Array | None,
-                  valid: Array | None) -> tuple[Array, Array, Array]:
+                  valid: Array | None, segment_ids: Array | None) -> tuple[Array, Array, Array]:
         """The short convolution: over the sequence, or (decoding, ``valid`` given) after the
         cached inputs, which it updates."""
         if valid is None:
-            return self.layer_parts.convolve(query, key, value, mask=mask)
+            return self.layer_parts.convolve(query, key, value, mask=mask,
+                                             segment_ids=segment_ids)
         qkv, conv = self.layer_parts.convolve_decode(self.conv_state.get_value(), query, key,
                                                      value, valid)
         if conv is not None:
             self.conv_state.set_value(conv)
         return qkv
-
-    def _check_features(self, name: str, inputs: Array) -> None:
-        """Raises unless ``inputs`` is ``(batch..., length, in_features)``."""
-        shape = jnp.shape(inputs)
-        if len(shape) < 2 or shape[-1] != self.in_features:
-            raise UsageError(
-                f"MultiHeadAttention: `{name}` must be (batch..., length, in_features) with "
-                f"in_features={self.in_features} on its last axis; got shape {shape}"
-                + (f" (last axis {shape[-1]})." if shape else ".")
-            )

@@ -12,8 +12,10 @@ from typing import Any
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
 from spectral_jax import attention as _attention
 
-# Arrays that describe one call's inputs; a module takes them through `mask` instead.
-_PER_CALL = frozenset({"query_seq_lengths", "key_value_seq_lengths"})
+# Arrays that describe one call's inputs; a module takes them through `mask` and its
+# call's `segment_ids` instead.
+_PER_CALL = frozenset({"query_seq_lengths", "key_value_seq_lengths", "segment_ids",
+                       "query_segment_ids", "kv_segment_ids"})
 # jax.nn's keywords and the causal alignment: the layer calls its method at equal lengths,
 # through its own decode form, so these are the functions' concern, not the layer's options.
 _CALL_FORM = frozenset({"local_window_size", "implementation", "causal_alignment"})
@@ -205,3 +207,32 @@ def check_layer(spec: _attention.AttentionSpec, num_heads: int, in_features: int
             f"attention={spec.name!r} is causal only (a recurrence over positions): pass "
             "is_causal=True (TransformerConfig.is_causal / config model.is_causal)."
         )
+
+
+def check_features(name: str, inputs: Any, in_features: int) -> None:
+    """Raises unless ``inputs`` is ``(batch..., length, in_features)``."""
+    import jax.numpy as jnp
+
+    shape = jnp.shape(inputs)
+    if len(shape) < 2 or shape[-1] != in_features:
+        raise UsageError(
+            f"MultiHeadAttention: `{name}` must be (batch..., length, in_features) with "
+            f"in_features={in_features} on its last axis; got shape {shape}"
+            + (f" (last axis {shape[-1]})." if shape else ".")
+        )
+
+
+def check_segment_call(attention: str, segment_ids: Any, *, decode: bool,
+                       conv_skip: bool) -> None:
+    """Refuses segment ids where the layer would mix segments: decoding (the cache holds
+    one sequence per example) and Nyströmformer's conv skip (its kernel spans them)."""
+    if segment_ids is None:
+        return
+    if decode:
+        raise UsageError(f"{_OWNER}: `segment_ids` with decode; decode one sequence per "
+                         "example (prefill it whole, or one document per row).")
+    if conv_skip:
+        raise UnsupportedError(
+            f"{_OWNER}: `segment_ids` with conv_kernel_size: the conv skip of "
+            f"attention={attention!r} spans segment boundaries; build the layer without it.")
+

@@ -82,7 +82,8 @@ class CausalLM(nnx.Module):
         self.cache_length: int | None = None
 
     def __call__(self, inputs: Array, *, deterministic: bool = True,
-                 decode: bool = False) -> Array:
+                 decode: bool = False, segment_ids: Array | None = None,
+                 positions: Array | None = None) -> Array:
         """Logits of the next token at every position of ``inputs``.
 
         Args:
@@ -90,6 +91,11 @@ class CausalLM(nnx.Module):
               ``decode``, the next ``length`` tokens after those already in the cache.
             deterministic: no dropout (evaluation, decoding).
             decode: one step with the cache from :meth:`init_cache`.
+            segment_ids: int ``(batch, length)``: packed documents
+              (:func:`spectral_jax.lra.data.packing.pack`); a token attends only within its
+              document. Methods that cannot keep documents apart raise.
+            positions: int ``(batch, length)``: each token's position in its document (for
+              the position embedding and RoPE); None: ``arange(length)``.
 
         Returns:
             float32 ``(batch, length, vocab_size)``: position i scores the token at i + 1.
@@ -102,9 +108,10 @@ class CausalLM(nnx.Module):
         if decode:
             x = self._decode_embedding(inputs)
         else:
-            x = self.embedding(inputs, deterministic=deterministic)
+            x = self.embedding(inputs, deterministic=deterministic, positions=positions)
         for layer in self.layers:
-            x = layer(x, None, deterministic=deterministic, decode=decode)
+            x = layer(x, None, deterministic=deterministic, decode=decode,
+                      segment_ids=segment_ids, positions=positions)
         return self.head(self.norm(x).astype(jnp.float32))
 
     def init_cache(self, input_shape: tuple[int, int], dtype=jnp.float32) -> None:

@@ -122,12 +122,15 @@ class TokenEmbedding(nnx.Module):
         )
         self.dropout = nnx.Dropout(dropout_rate, rngs=stream(rngs, "dropout", "params"))
 
-    def __call__(self, inputs: Array, *, deterministic: bool) -> Array:
+    def __call__(self, inputs: Array, *, deterministic: bool,
+                 positions: Array | None = None) -> Array:
         """Embeds ``inputs``.
 
         Args:
             inputs: int ``(batch, length)`` token ids, ``length <= max_length``.
             deterministic: no dropout.
+            positions: int ``(batch, length)`` positions in ``[0, max_length)`` (packed
+              sequences: restarting per segment), no CLS token; None: ``arange(length)``.
 
         Returns:
             ``(batch, length + cls, features)`` in the computation dtype; the CLS vector, if
@@ -150,10 +153,16 @@ class TokenEmbedding(nnx.Module):
             cls = jnp.broadcast_to(self.cls[...], (x.shape[0], 1, x.shape[-1])).astype(x.dtype)
             x = jnp.concatenate([cls, x], axis=1)
         length = x.shape[1]
+        if positions is not None and (self.cls is not None or positions.shape != inputs.shape):
+            raise UsageError(f"positions must have the shape of inputs {inputs.shape} (and no "
+                             f"CLS token); got {jnp.shape(positions)}.")
+        rows = jnp.arange(length)[None] if positions is None else positions
         if self.positional == "sinusoidal":
-            x = x + jnp.asarray(sinusoidal_positions(length, x.shape[-1])).astype(x.dtype)[None]
+            table = jnp.asarray(sinusoidal_positions(self.max_length + (self.cls is not None),
+                                                     x.shape[-1]))
+            x = x + table[rows].astype(x.dtype)
         elif self.positional == "learned":
-            x = x + self.position_table[:length].astype(x.dtype)[None]
+            x = x + self.position_table[...][rows].astype(x.dtype)
         return self.dropout(x, deterministic=deterministic)
 
     def _checked_ids(self, inputs: Array) -> Array:

@@ -75,7 +75,8 @@ class EncoderBlock(nnx.Module):
 
     def __call__(self, x: Array, mask: Array | None, *, deterministic: bool,
                  carry: Array | None = None, return_carry: bool = False,
-                 decode: bool | None = None) -> Array | tuple[Array, Array | None]:
+                 decode: bool | None = None, segment_ids: Array | None = None,
+                 positions: Array | None = None) -> Array | tuple[Array, Array | None]:
         """Applies the block.
 
         Args:
@@ -87,13 +88,16 @@ class EncoderBlock(nnx.Module):
               :class:`MultiHeadAttention`).
             decode: decode the next token(s) from the attention's cache (its ``init_cache``;
               ``mask`` must be None); None: the attention's own ``decode``.
+            segment_ids, positions: packed sequences (see :class:`MultiHeadAttention`);
+              ``positions`` reach the attention only where it rotates (``rope``).
 
         Returns:
             ``(batch, length, embed_dim)``; with ``return_carry``, ``(x, next_carry)``.
         """
         y, carry = self.attention(self.attention_norm(x), mask=mask,
                                   deterministic=deterministic, carry=carry, return_carry=True,
-                                  decode=decode)
+                                  decode=decode, segment_ids=segment_ids,
+                                  positions=positions if self.attention.rope else None)
         x = x + self.dropout(y, deterministic=deterministic)
         y = nnx.gelu(self.mlp_in(self.mlp_norm(x)), approximate=False)
         y = self.mlp_out(self.dropout(y, deterministic=deterministic))

@@ -1,0 +1,94 @@
+"""Packing: first fit checked against an independent simulation, segment ids and positions;
+a packed CausalLM row gives each document the logits it gets alone."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from spectral_jax import UnsupportedError, UsageError
+from spectral_jax.lra.data.packing import lay_out, pack
+from spectral_jax.nn import CausalLM, TransformerConfig
+
+
+def _sequences(seed: int, count: int, length: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, 40, rng.integers(1, length + 1)).astype(np.int32)
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_sequence_sits_once_where_first_fit_puts_it(seed):
+    length = 16
+    seqs = _sequences(seed, 40, length)
+    p = pack(seqs, length)
+    # First fit, simulated independently: the earliest row with room, else a new one.
+    used: list[int] = []
+    for seq, (row, start) in zip(seqs, p.placement):
+        fits = [r for r, u in enumerate(used) if u + len(seq) <= length]
+        expected = fits[0] if fits else len(used)
+        if expected == len(used):
+            used.append(0)
+        assert (row, start) == (expected, used[expected])
+        used[expected] += len(seq)
+        np.testing.assert_array_equal(p.tokens[row, start:start + len(seq)], seq)
+        np.testing.assert_array_equal(p.positions[row, start:start + len(seq)],
+                                      np.arange(len(seq)))
+        assert len(set(p.segment_ids[row, start:start + len(seq)].tolist())) == 1
+    assert p.tokens.shape == (len(used), length)
+    assert int((p.segment_ids > 0).sum()) == sum(map(len, seqs))
+    assert p.padding_fraction == pytest.approx(1 - sum(map(len, seqs)) / p.tokens.size)
+    # In a row, ids count 1, 2, ... in order and padding is 0 (tokens and positions too).
+    for row in range(len(used)):
+        ids = p.segment_ids[row][p.segment_ids[row] > 0]
+        assert ids.tolist() == sorted(ids.tolist()) and ids[0] == 1
+        assert (np.diff(np.unique(ids)) == 1).all()
+    pad = p.segment_ids == 0
+    assert (p.tokens[pad] == 0).all() and (p.positions[pad] == 0).all()
+    # Packing is denser than one sequence per row.
+    assert len(used) < len(seqs)
+
+
+def test_pack_names_what_it_refuses():
+    with pytest.raises(UsageError, match=r"`sequences\[1\]` must be a 1-D int array of 1 to "
+                                         r"length=4 tokens; got int64 of shape \(5,\)"):
+        pack([np.array([1]), np.arange(5)], 4)
+    with pytest.raises(UsageError, match=r"`sequences\[0\]`.*float"):
+        pack([np.ones(2)], 4)
+    with pytest.raises(UsageError, match="length"):
+        pack([np.array([1])], 0)
+    p = pack([np.array([1, 2]), np.array([3])], 4)
+    with pytest.raises(UsageError, match=r"`sequences\[0\]` has 3 tokens"):
+        lay_out([np.array([1, 2, 3]), np.array([4])], p, fill=0)
+
+
+@pytest.mark.parametrize("attention,positional", [
+    ("softmax", "sinusoidal"), ("softmax", "rope"), ("linear", "learned"), ("gla", "rope"),
+    ("local", "sinusoidal")])
+def test_a_packed_row_gives_each_document_its_own_logits(attention, positional):
+    config = TransformerConfig(vocab_size=40, num_classes=40, max_length=24, num_layers=2,
+                               embed_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32,
+                               is_causal=True, attention=attention, positional=positional,
+                               dropout_rate=0.0)
+    model = CausalLM(config, rngs=nnx.Rngs(0))
+    docs = _sequences(7, 4, 10)
+    p = pack(docs, 24)
+    logits = model(jnp.asarray(p.tokens), segment_ids=jnp.asarray(p.segment_ids),
+                   positions=jnp.asarray(p.positions))
+    for doc, (row, start) in zip(docs, p.placement):
+        alone = model(jnp.asarray(doc)[None])[0]
+        np.testing.assert_allclose(logits[row, start:start + len(doc)], alone, rtol=0,
+                                   atol=2e-5 * float(jnp.abs(alone).max()))
+
+
+def test_a_model_whose_method_mixes_documents_refuses_them():
+    config = TransformerConfig(vocab_size=40, num_classes=40, max_length=16, num_layers=1,
+                               embed_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32,
+                               is_causal=True, attention="gated_linear", dropout_rate=0.0)
+    model = CausalLM(config, rngs=nnx.Rngs(0))
+    p = pack(_sequences(1, 3, 5), 16)
+    with pytest.raises(UnsupportedError, match="Functions that take segment ids: "):
+        model(jnp.asarray(p.tokens), segment_ids=jnp.asarray(p.segment_ids),
+              positions=jnp.asarray(p.positions))
