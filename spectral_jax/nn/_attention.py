@@ -15,6 +15,7 @@ from spectral_jax.nn import _decode
 from spectral_jax.nn._attention_kwargs import (
     check_features,
     check_hashable,
+    check_kv_heads,
     check_layer,
     check_segment_call,
     normalise_attention_kwargs,
@@ -23,7 +24,7 @@ from spectral_jax.nn._attention_kwargs import (
 from spectral_jax.nn._recurrent_layer import RecurrentLayerParts, check_layer_options
 from spectral_jax.nn._rngs import stream as _stream
 from spectral_jax.nn._rope import apply_rope, check_positions, check_rope
-from spectral_jax.nn._state import STATE_MODULES, ConvSkip, RandomFeatureState, uses_rng
+from spectral_jax.nn._state import STATE_MODULES, ConvSkip, redraw_state, uses_rng
 from spectral_jax.nn._symmetric import PairwiseScores, check_symmetric
 from spectral_jax.parallel import attention_function
 
@@ -93,6 +94,8 @@ class MultiHeadAttention(nnx.Module):
           that :meth:`init_cache` creates, as in ``flax.nnx.MultiHeadAttention``; needs
           ``is_causal=True`` and a method with a decode form
           (``spectral_jax.attention.decode_methods()``).
+        num_kv_heads: key/value heads (grouped-query attention; None: ``num_heads``), a
+          divisor of ``num_heads``; the decode cache then holds these heads only.
 
     Raises:
         spectral_jax.UsageError: unknown attention name (the message lists the known ones);
@@ -134,6 +137,7 @@ class MultiHeadAttention(nnx.Module):
         kernel_init: nnx.Initializer = _XAVIER_UNIFORM,
         shared_state: nnx.Module | None = None,
         decode: bool = False,
+        num_kv_heads: int | None = None,
         rngs: nnx.Rngs,
     ) -> None:
         qkv_features = in_features if qkv_features is None else qkv_features
@@ -145,6 +149,7 @@ class MultiHeadAttention(nnx.Module):
         kwargs, options = split_attention_kwargs(attention, dict(pairs))
         check_hashable("MultiHeadAttention", pairs)  # static module data: hashed under jit
         self.num_heads = num_heads
+        self.num_kv_heads = check_kv_heads(spec, num_heads, num_kv_heads, options)
         self.in_features = in_features
         self.head_dim = qkv_features // num_heads
         self.attention = attention
@@ -163,15 +168,15 @@ class MultiHeadAttention(nnx.Module):
 
         dense = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
                      kernel_init=kernel_init, rngs=rngs)
-        heads = (num_heads, self.head_dim)
+        heads, kv_heads = (num_heads, self.head_dim), (self.num_kv_heads, self.head_dim)
         self.query = nnx.LinearGeneral(in_features, heads, **dense)
-        self.key = None if self.symmetric else nnx.LinearGeneral(in_features, heads, **dense)
+        self.key = None if self.symmetric else nnx.LinearGeneral(in_features, kv_heads, **dense)
         self.pairwise = nnx.data(None)
         if isinstance(self.symmetric, str):
             self.pairwise = PairwiseScores(num_heads, self.head_dim,
                                            psd=self.symmetric == "pairwise_psd",
                                            param_dtype=param_dtype, rngs=rngs)
-        self.value = nnx.LinearGeneral(in_features, heads, **dense)
+        self.value = nnx.LinearGeneral(in_features, kv_heads, **dense)
         self.out = nnx.LinearGeneral(heads, out_features, axis=(-2, -1), **dense)
         self.dropout_rng = _stream(rngs, "dropout", "params").fork() if dropout_rate else None
 
@@ -211,14 +216,7 @@ class MultiHeadAttention(nnx.Module):
             >>> layer.state.projection.shape
             (16, 4)
         """
-        if not isinstance(self.state, RandomFeatureState):
-            users = [n for n in _attention.available_attentions()
-                     if _attention.get_attention_spec(n).state == "random_features"]
-            raise UsageError(
-                f"redraw() needs attention with random features ({users}), got "
-                f"attention={self.attention!r}."
-            )
-        self.state.redraw(rng)
+        redraw_state(self.state, self.attention, rng)
 
     def init_cache(self, input_shape: tuple[int, ...], dtype: Any = jnp.float32) -> None:
         """Creates the decoding cache for inputs ``(batch..., max_length, in_features)``.

@@ -236,3 +236,28 @@ def check_segment_call(attention: str, segment_ids: Any, *, decode: bool,
             f"{_OWNER}: `segment_ids` with conv_kernel_size: the conv skip of "
             f"attention={attention!r} spans segment boundaries; build the layer without it.")
 
+
+def check_kv_heads(spec: _attention.AttentionSpec, num_heads: int, num_kv_heads: Any,
+                   options: Mapping[str, Any]) -> int:
+    """The layer's key/value head count: ``num_heads`` when None, else a divisor of it for
+    a method whose function groups heads and a layer with no part that needs them equal."""
+    if num_kv_heads is None:
+        return num_heads
+    _checks.positive_int(_OWNER, "num_kv_heads", num_kv_heads)
+    if num_heads % num_kv_heads:
+        raise UsageError(f"{_OWNER}: `num_kv_heads` must divide num_heads={num_heads} "
+                         f"(grouped-query attention); got {num_kv_heads}.")
+    parts = [name for name in ("symmetric", "conv_kernel_size", "short_conv_size",
+                               "output_gate") if options.get(name) not in (None, False)]
+    if num_kv_heads != num_heads and (spec.state not in (None, "random_features") or parts
+                                      or spec.layer is not None):
+        users = [n for n in _attention.available_attentions()
+                 if (s := _attention.get_attention_spec(n)).state in (None, "random_features")
+                 and s.layer is None and n not in ("gated_linear", "memory_compressed")]
+        raise UnsupportedError(
+            f"{_OWNER}: num_kv_heads={num_kv_heads} < num_heads={num_heads} with "
+            f"attention={spec.name!r}{f' and {parts}' if parts else ''} is not implemented; "
+            f"layers with grouped heads: attention in {users}, without symmetric or "
+            "conv_kernel_size.")
+    return num_kv_heads
+

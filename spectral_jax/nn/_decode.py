@@ -42,7 +42,7 @@ def init_state(layer: Any, input_shape: tuple[int, ...], dtype: Any) -> Any:
     for name, _, _ in _attention.get_attention_spec(layer.attention).token_arrays:
         kwargs.pop(name, None)  # per token, not part of the state's layout
     return _attention.init_decode_state(
-        layer.attention, batch_shape=batch, max_length=max_length, num_heads=layer.num_heads,
+        layer.attention, batch_shape=batch, max_length=max_length, num_heads=layer.num_kv_heads,
         head_dim=layer.head_dim, dtype=dtype, **kwargs)
 
 

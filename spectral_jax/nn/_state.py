@@ -304,3 +304,14 @@ def redraw_features(model: nnx.Module, rng: Array) -> int:
             module.redraw(jax.random.fold_in(rng, count))
             count += 1
     return count
+
+
+def redraw_state(state: Any, attention: str, rng: jax.Array) -> None:
+    """Redraws a layer's random features; raises for a method without them."""
+    if not isinstance(state, RandomFeatureState):
+        users = [n for n in _attention.available_attentions()
+                 if _attention.get_attention_spec(n).state == "random_features"]
+        raise UsageError(f"redraw() needs attention with random features ({users}), got "
+                         f"attention={attention!r}.")
+    state.redraw(rng)
+
