@@ -80,7 +80,7 @@ def test_linen_multihead_attention_matches_handwritten_softmax():
     x = jax.random.normal(jax.random.key(2), (1, 5, 8))
     variables = layer.init(jax.random.key(0), x, deterministic=True)
     out = layer.apply(variables, x, deterministic=True)
-    p = jax.tree.map(np.asarray, variables["params"]["attention"])
+    p = jax.tree.map(np.asarray, variables["params"])
     xn = np.asarray(x, np.float64)
     q, k, v = (np.einsum("ble,ehd->blhd", xn, p[n]["kernel"]) + p[n]["bias"]
                for n in ("query", "key", "value"))

@@ -9,6 +9,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import pytest
+from flax import linen as nn
 from flax import nnx
 
 from spectral_jax import linen as sj_linen
@@ -21,12 +22,14 @@ MASK = jnp.arange(6) < 4
 PADDING = (MASK[:, None] & MASK[None, :])[None, None]
 
 
-def _linen_variables(module: nnx.Module, name: str) -> dict:
-    """The NNX module's variables in the Linen collections, under submodule ``name``."""
-    variables = {"params": {name: nnx.to_pure_dict(nnx.state(module, nnx.Param))}}
+def _linen_variables(module: nnx.Module, name: str | None) -> dict:
+    """The NNX module's variables in the Linen collections, under submodule ``name`` (None:
+    at the top, as the attention layer holds them)."""
+    nest = (lambda tree: tree) if name is None else (lambda tree: {name: tree})  # noqa: E731
+    variables = {"params": nest(nnx.to_pure_dict(nnx.state(module, nnx.Param)))}
     features = nnx.to_pure_dict(nnx.state(module, RandomFeatures))
     if features:
-        variables["random_features"] = {name: features}
+        variables["random_features"] = nest(features)
     return variables
 
 
@@ -45,7 +48,7 @@ def test_linen_attention_matches_nnx_from_the_same_parameters(attention, kwargs)
                                          use_bias=False, rngs=nnx.Rngs(3))
     linen_layer = sj_linen.MultiHeadAttention(2, 8, attention=attention,
                                               attention_kwargs=kwargs, use_bias=False)
-    variables = _linen_variables(nnx_layer, "attention")
+    variables = _linen_variables(nnx_layer, None)
     init = linen_layer.init(jax.random.key(0), X, KV, mask=PADDING, deterministic=True)
     chex.assert_trees_all_equal_shapes_and_dtypes(init, variables)
     want = nnx_layer(X, KV, mask=PADDING, deterministic=True)
@@ -91,7 +94,7 @@ def test_linen_attention_passes_dtype_and_param_dtype():
                                                            "conv_kernel_size": 3},
                                          dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
     state = nnx.state(nnx_layer)
-    nnx.replace_by_pure_dict(state, variables["params"]["attention"])
+    nnx.replace_by_pure_dict(state, variables["params"])
     nnx.update(nnx_layer, state)
     chex.assert_trees_all_close(out.astype(jnp.float32),
                                 nnx_layer(X).astype(jnp.float32), atol=1e-2)
@@ -104,7 +107,7 @@ def test_linen_attention_hands_luna_carry_like_nnx():
     nnx_layer = sj_nn.MultiHeadAttention(2, 8, attention="luna", attention_kwargs=kwargs,
                                          rngs=nnx.Rngs(0))
     layer = sj_linen.MultiHeadAttention(2, 8, attention="luna", attention_kwargs=kwargs)
-    variables = _linen_variables(nnx_layer, "attention")
+    variables = _linen_variables(nnx_layer, None)
     out, carry = layer.apply(variables, X, return_carry=True)
     want, want_carry = nnx_layer(X, return_carry=True)
     chex.assert_trees_all_close((out, carry), (want, want_carry), atol=1e-6)
@@ -130,3 +133,23 @@ def test_linen_classifier_matches_nnx_and_derives_the_mask():
     with pytest.raises(ValueError, match=r"deterministic must be given: the model is random"):
         sj_linen.SequenceClassifier(dataclasses.replace(config, dropout_rate=0.1)).init(
             jax.random.key(0), tokens)
+
+
+def test_parameters_move_between_flax_and_our_linen_attention():
+    # The same tree as flax.linen.MultiHeadDotProductAttention: Flax's parameters give the
+    # same outputs in ours (exact method), with a padding mask, and ours load into Flax's.
+    flax_layer = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8,
+                                                 deterministic=True)
+    ours = sj_linen.MultiHeadAttention(2, 8, attention="softmax", deterministic=True)
+    x = jax.random.normal(jax.random.key(3), (2, 5, 8))
+    mask = nn.make_attention_mask(jnp.array([[1] * 5, [1] * 3 + [0] * 2]),
+                                  jnp.array([[1] * 5, [1] * 3 + [0] * 2]))
+    flax_vars = flax_layer.init(jax.random.key(0), x)
+    our_vars = ours.init(jax.random.key(1), x)
+    assert jax.tree.map(jnp.shape, flax_vars) == jax.tree.map(jnp.shape, our_vars)
+    expected = flax_layer.apply(flax_vars, x, mask=mask)
+    got = ours.apply(flax_vars, x, mask=mask.astype(bool))
+    chex.assert_trees_all_close(got[0], expected[0], atol=1e-5)
+    chex.assert_trees_all_close(got[1, :3], expected[1, :3], atol=1e-5)  # padded rows differ
+    chex.assert_trees_all_close(flax_layer.apply(our_vars, x), ours.apply(our_vars, x),
+                                atol=1e-5)

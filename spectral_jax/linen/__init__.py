@@ -1,9 +1,10 @@
 """Linen versions of the :mod:`spectral_jax.nn` models, through ``flax.nnx.bridge.to_linen``.
 
-Each class is a regular ``flax.linen.Module`` that wraps the NNX model under one submodule
-(``"model"`` for the classifiers, whose only field is the frozen
-:class:`~spectral_jax.nn.TransformerConfig`; ``"attention"`` for :class:`MultiHeadAttention`,
-whose fields are the NNX constructor's arguments). Calls take the NNX model's arguments, with
+Each class is a regular ``flax.linen.Module`` that wraps the NNX model: under one submodule
+``"model"`` for the classifiers, whose only field is the frozen
+:class:`~spectral_jax.nn.TransformerConfig`; at its own level for :class:`MultiHeadAttention`,
+whose fields are the NNX constructor's arguments and whose parameter tree is
+``flax.linen.MultiHeadDotProductAttention``'s. Calls take the NNX model's arguments, with
 its defaults and rules (``mask`` and ``deterministic`` may be left out where the NNX call
 allows it). Variables live in the usual collections: ``"params"`` and, for Performer, the
 non-trainable projection in ``"random_features"`` (pass every collection to ``apply``).
@@ -157,6 +158,12 @@ class MultiHeadAttention(nn.Module):
         dtype: computation dtype (None: inferred from inputs and params).
         param_dtype: parameter dtype.
         kernel_init: initializer of the projection kernels.
+        num_kv_heads: key/value heads (grouped-query attention; None: ``num_heads``).
+
+    The variables sit at this module's level with the names and shapes of
+    ``flax.linen.MultiHeadDotProductAttention``'s (``query``, ``key``, ``value``, ``out``,
+    each ``kernel`` and ``bias``), so parameters move between the two; the method's own
+    state (Performer's projection, Linformer's) sits beside them.
 
     Raises:
         spectral_jax.UsageTypeError: ``attention_kwargs`` neither a mapping nor ``(name, value)``
@@ -187,6 +194,7 @@ class MultiHeadAttention(nn.Module):
     dtype: Any = None
     param_dtype: Any = jnp.float32
     kernel_init: Callable[..., Array] = nnx.initializers.xavier_uniform()
+    num_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         # The one stored form (hashable: Linen hashes modules by their fields).
@@ -228,7 +236,11 @@ class MultiHeadAttention(nn.Module):
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             kernel_init=self.kernel_init,
+            num_kv_heads=self.num_kv_heads,
             name="attention",
         )
+        # The NNX module's variables at this module's own level, as Flax's
+        # MultiHeadDotProductAttention holds them (query, key, value, out).
+        nn.share_scope(self, layer)
         return layer(inputs_q, inputs_kv, mask=mask, deterministic=deterministic, carry=carry,
                      return_carry=return_carry)
