@@ -27,39 +27,52 @@ EXTRA = {"local": {"window": 3}, "linear": {"chunk_size": 4}, "performer": {"chu
 
 
 def _inputs(name: str):
+    """q, k, v, the method's parameters, and its per-token arrays (gates) per key/value
+    head, ``(B, T, HKV, ...)``."""
     ks = jax.random.split(jax.random.key(3), 3)
     q = jax.random.normal(ks[0], (B, T, HQ, D))
     k, v = (jax.random.normal(kk, (B, T, HKV, D)) for kk in ks[1:])
     spec = ATTENTIONS[name]
     kwargs = spec.call_kwargs(jax.random.key(5), budget=spec.test_budget, length=T, head_dim=D)
     kwargs.update(EXTRA.get(name, {}))
-    return q, k, v, kwargs
+    tokens = {}
+    for arg, axis, batched in spec.token_arrays:
+        if batched and arg in kwargs:
+            x = kwargs.pop(arg)
+            tokens[arg] = jnp.broadcast_to(x, (B, T, HKV, *x.shape[x.ndim + axis + 2:]))
+    return q, k, v, kwargs, tokens
 
 
-def test_the_grouped_forms_are_the_cache_and_feature_states():
-    assert GROUPED == ("softmax", "linear", "performer", "local")
+def test_the_grouped_forms():
+    assert GROUPED == ("softmax", "linear", "performer", "local", "gla", "retnet", "mamba2",
+                       "deltanet", "gated_deltanet")
 
 
 @pytest.mark.parametrize("name", GROUPED)
 def test_grouped_prefill_and_steps_equal_the_grouped_and_repeated_causal_runs(name):
-    q, k, v, kwargs = _inputs(name)
+    q, k, v, kwargs, tokens = _inputs(name)
     fn = ATTENTIONS[name].fn
-    full = fn(q, k, v, is_causal=True, **kwargs)
-    repeated = fn(q, *(jnp.repeat(x, HQ // HKV, axis=2) for x in (k, v)), is_causal=True,
-                  **kwargs)
+    full = fn(q, k, v, is_causal=True, **kwargs, **tokens)
+    g = HQ // HKV
+    repeated = fn(q, *(jnp.repeat(x, g, axis=2) for x in (k, v)), is_causal=True, **kwargs,
+                  **{n: jnp.repeat(x, g, axis=2) for n, x in tokens.items()})
     scale = float(jnp.max(jnp.abs(full)))
-    np.testing.assert_allclose(full, repeated, rtol=0, atol=1e-5 * scale)
+    if name != "retnet":  # RetNet's decay is set per state head, so repeating changes it
+        np.testing.assert_allclose(full, repeated, rtol=0, atol=1e-5 * scale)
     lengths = jnp.array([P, 2])
 
     @jax.jit
     def run(q, k, v):
         out, state = prefill(name, q[:, :P], k[:, :P], v[:, :P], max_length=T,
-                             lengths=lengths, **kwargs)
+                             lengths=lengths, **kwargs,
+                             **{n: x[:, :P] for n, x in tokens.items()})
         rows = []
         for t in range(T - P):  # example 0 continues at P, example 1 at 2 (its own position)
             at = (lengths + t)[:, None, None, None]
+            pick = {n: jnp.take_along_axis(x, at.reshape(B, 1, *(1,) * (x.ndim - 2)), axis=1)
+                    for n, x in tokens.items()}
             y, state = decode_step(state, *(jnp.take_along_axis(x, at, axis=1)
-                                            for x in (q, k, v)), **kwargs)
+                                            for x in (q, k, v)), **kwargs, **pick)
             rows.append(y[:, 0])
         return out, jnp.stack(rows, 1), state
 
@@ -75,7 +88,7 @@ def test_grouped_prefill_and_steps_equal_the_grouped_and_repeated_causal_runs(na
 
 @pytest.mark.parametrize("name", GROUPED)
 def test_a_grouped_state_is_a_groups_fraction_of_the_repeated_one(name):
-    _, _, _, kwargs = _inputs(name)
+    _, _, _, kwargs, _ = _inputs(name)
     kwargs = {n: a for n, a in kwargs.items() if n != "chunk_size"}
     sizes = [init_decode_state(name, batch_shape=(B,), max_length=T, num_heads=h, head_dim=D,
                                **kwargs).nbytes for h in (HKV, HQ)]
@@ -84,13 +97,7 @@ def test_a_grouped_state_is_a_groups_fraction_of_the_repeated_one(name):
 
 @pytest.mark.parametrize("name", REFUSING)
 def test_forms_without_grouped_heads_refuse_them(name):
-    q, k, v, kwargs = _inputs(name)
-    spec = ATTENTIONS[name]
-    tokens = {}
-    for arg, axis, _ in spec.token_arrays:
-        if arg in kwargs:
-            x = kwargs.pop(arg)
-            tokens[arg] = jnp.broadcast_to(x, (B, T, HKV, *x.shape[x.ndim + axis + 2:]))
+    q, k, v, kwargs, tokens = _inputs(name)
     with pytest.raises(UsageError, match=r"prefill\(\): query heads must be equal to the "
                                          r"key/value heads \(this form takes no grouped"):
         prefill(name, q, k, v, max_length=T, **kwargs, **tokens)

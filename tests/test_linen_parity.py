@@ -25,7 +25,7 @@ PADDING = (MASK[:, None] & MASK[None, :])[None, None]
 def _linen_variables(module: nnx.Module, name: str | None) -> dict:
     """The NNX module's variables in the Linen collections, under submodule ``name`` (None:
     at the top, as the attention layer holds them)."""
-    nest = (lambda tree: tree) if name is None else (lambda tree: {name: tree})  # noqa: E731
+    nest = (lambda tree: tree) if name is None else (lambda tree: {name: tree})
     variables = {"params": nest(nnx.to_pure_dict(nnx.state(module, nnx.Param)))}
     features = nnx.to_pure_dict(nnx.state(module, RandomFeatures))
     if features:

@@ -3,9 +3,8 @@
 Prefill runs the method's chunked form over the prompt and keeps its final state; a step
 runs the same function on one token from that state (a chunk of one token is the
 recurrence's own step), so every method of the family and its gates decode through one
-form, in O(d_k·d_v) per head and token whatever the context length. Decoding checks equal
-query, key and value head counts (grouped heads: the functions only; the cache and
-feature-state decode forms take them).
+form, in O(d_k·d_v) per head and token whatever the context length. With grouped-query heads
+the state is one per key/value head, shared by its query group, as in the functions.
 """
 
 from __future__ import annotations
@@ -54,4 +53,5 @@ def _step(fn: Callable[..., Any], arrays: dict[str, Array], position: Array, wri
 RECURRENT_STATE = DecodeForm(
     init=_init, prefill=_prefill, step=_step, uses_fn=True,
     summary="the recurrent state S (d_k×d_v, float32) per head, decayed and written by each "
-            "token: O(d_k·d_v) per head, whatever the context length")
+            "token: O(d_k·d_v) per head, whatever the context length",
+    grouped=True)
