@@ -263,8 +263,20 @@ def linear_attention(
         _linear_head, feature_map=feature_map, is_causal=is_causal, chunk_size=chunk_size,
         eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
     )
-    segments, mask_ok = _segments.for_running_state(
-        method, query, key, (segment_ids, query_segment_ids, kv_segment_ids), p.mask_ok)
+    return lift_feature_head(method, head, query, key, value, p,
+                             (segment_ids, query_segment_ids, kv_segment_ids),
+                             is_causal=is_causal, bottom_right=bottom_right,
+                             head_chunk_size=head_chunk_size)
+
+
+def lift_feature_head(method: str, head: Callable[..., Array], query: Array, key: Array,
+                      value: Array, p: Any, segment_args: tuple[Any, Any, Any], *,
+                      is_causal: bool, bottom_right: bool,
+                      head_chunk_size: int | None) -> Array:
+    """A feature-map head over batch and heads (:func:`_alignment.aligned_lift`), with the
+    segment ids its running sums restart at; in ``query``'s dtype."""
+    segments, mask_ok = _segments.for_running_state(method, query, key, segment_args,
+                                                    p.mask_ok)
     return _alignment.aligned_lift(
         head, query, key, value, p.query_valid, p.key_valid, *segments, is_causal=is_causal,
         bottom_right_aligned=bottom_right,

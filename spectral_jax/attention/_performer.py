@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _alignment, _common, _segments, _seq
-from spectral_jax.attention._linear import feature_attention
+from spectral_jax.attention import _alignment, _common, _seq
+from spectral_jax.attention._linear import feature_attention, lift_feature_head
 from spectral_jax.attention._prologue import prologue
 
 Array = jax.Array
@@ -234,10 +234,7 @@ def performer_attention(
         eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
         chunk_size=chunk_size,
     )
-    segments, mask_ok = _segments.for_running_state(
-        method, query, key, (segment_ids, query_segment_ids, kv_segment_ids), p.mask_ok)
-    return _alignment.aligned_lift(
-        head, query, key, value, p.query_valid, p.key_valid, *segments, is_causal=is_causal,
-        bottom_right_aligned=bottom_right,
-        method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok,
-    ).astype(query.dtype)
+    return lift_feature_head(method, head, query, key, value, p,
+                             (segment_ids, query_segment_ids, kv_segment_ids),
+                             is_causal=is_causal, bottom_right=bottom_right,
+                             head_chunk_size=head_chunk_size)
