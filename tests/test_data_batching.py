@@ -135,7 +135,7 @@ def test_task_checks_shapes_against_metadata() -> None:
 
 def test_load_task_rejects_unknown_option_and_task(tmp_path) -> None:
     assert data.TASKS == ("listops", "text", "retrieval", "image", "pathfinder", "pathx",
-                          "bytes_lm", "mqar")
+                          "bytes_lm", "bytes_docs", "mqar")
     with pytest.raises(TypeError, match="unknown option.*max_len\\b.*allowed: max_length"):
         data.load_task("listops", tmp_path, max_len=10)
     with pytest.raises(ValueError, match="unknown task 'lisops'"):

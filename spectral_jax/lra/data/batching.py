@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.lra.data.task import IGNORE_INDEX, Split
+from spectral_jax.lra.data.task import IGNORE_INDEX, PER_TOKEN, Split
 
 
 def _epoch_order(n: int, epoch: int, shuffle: bool, seed: int) -> np.ndarray:
@@ -54,8 +54,9 @@ def iterate_batches(
 
     Yields:
         {"inputs": int32 [B, ...], "mask": bool [B, ...], "label": int32 [B],
-         "weight": float32 [B] (1.0 real example, 0.0 padding row)}, and "targets": int32
-        [B, L] when the split has them (`IGNORE_INDEX` on padding rows).
+         "weight": float32 [B] (1.0 real example, 0.0 padding row)}, and "targets",
+        "segment_ids", "positions": int32 [B, L] when the split has them (`IGNORE_INDEX`,
+        0 and 0 on padding rows).
 
     Raises:
         spectral_jax.UsageTypeError: if `batch_size` or `start_step` is not an int.
@@ -122,8 +123,10 @@ def _gather(split: Split, idx: np.ndarray, batch_size: int) -> dict[str, np.ndar
     label[:k] = split.labels[idx]
     weight[:k] = 1.0
     batch = {"inputs": inputs, "mask": mask, "label": label, "weight": weight}
-    if split.targets is not None:
-        batch["targets"] = np.full((batch_size,) + split.targets.shape[1:], IGNORE_INDEX,
-                                   np.int32)
-        batch["targets"][:k] = split.targets[idx]
+    for name in PER_TOKEN:
+        values = getattr(split, name)
+        if values is not None:  # padding rows: no target, segment 0, position 0
+            batch[name] = np.full((batch_size,) + values.shape[1:],
+                                  IGNORE_INDEX if name == "targets" else 0, np.int32)
+            batch[name][:k] = values[idx]
     return batch

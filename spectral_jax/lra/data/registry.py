@@ -17,6 +17,7 @@ from typing import Any
 
 from spectral_jax import UsageError, UsageTypeError
 from spectral_jax.lra.data import (
+    bytes_docs,
     bytes_lm,
     image,
     listops,
@@ -66,6 +67,7 @@ _SPECS = (
              functools.partial(pathfinder.load, resolution=32, name="pathfinder")),
     TaskSpec("pathx", "Path-X", functools.partial(pathfinder.load, resolution=128, name="pathx")),
     TaskSpec("bytes_lm", "Byte LM", bytes_lm.load, objective="next_token"),
+    TaskSpec("bytes_docs", "Byte LM (documents)", bytes_docs.load, objective="token_targets"),
     TaskSpec("mqar", "MQAR", mqar.load, objective="token_targets"),
 )
 _REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in _SPECS}
@@ -114,7 +116,8 @@ def load_task(name: str, data_dir: str | os.PathLike, **options: object) -> Task
     test_examples=None`; pathfinder /
     pathx `resolution=32 / 128, difficulty="curv_contour_length_14",
     mask_zero_pixels=False, skip_unreadable=False`; bytes_lm `corpus="folder",
-    context_length=256, heldout_fraction=0.05`; mqar `seq_len=64, num_kv_pairs=4,
+    context_length=256, heldout_fraction=0.05`; bytes_docs the same with
+    `context_length=128, packed=True`; mqar `seq_len=64, num_kv_pairs=4,
     vocab_size=8192, num_train=100000, ...` (generated, `data_dir` not read). See each task
     module's `load`.
 

@@ -12,6 +12,8 @@ from spectral_jax import UsageError, UsageTypeError
 SPLIT_NAMES = ("train", "validation", "test")
 # The value of `Split.targets` at positions that carry no loss (PyTorch's ignore_index).
 IGNORE_INDEX = -100
+# The optional per-token arrays of a Split, each [N, L] like inputs, batched with them.
+PER_TOKEN = ("targets", "segment_ids", "positions")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +29,9 @@ class Split:
         targets: None, or int32 [N, L] per-position targets of a causal model (tasks whose
             objective is ``"token_targets"``, e.g. MQAR): the id position t must predict,
             `IGNORE_INDEX` (-100) where no loss is taken.
+        segment_ids, positions: None, or int32 [N, L] for rows of packed documents
+            (:func:`spectral_jax.lra.data.packing.pack`): each token's document in its row
+            (0: padding) and its position in that document; given together.
 
     Raises:
         spectral_jax.UsageTypeError: if an array has the wrong dtype.
@@ -45,12 +50,15 @@ class Split:
     mask: np.ndarray
     labels: np.ndarray
     targets: np.ndarray | None = None
+    segment_ids: np.ndarray | None = None
+    positions: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name, want in (("inputs", np.int32), ("mask", np.bool_), ("labels", np.int32),
-                           ("targets", np.int32)):
+                           ("targets", np.int32), ("segment_ids", np.int32),
+                           ("positions", np.int32)):
             got = getattr(self, name)
-            if name == "targets" and got is None:
+            if name in PER_TOKEN and got is None:
                 continue
             if not isinstance(got, np.ndarray) or got.dtype != want:
                 raise UsageTypeError(
@@ -79,6 +87,13 @@ class Split:
             if bad.any():
                 raise UsageError(f"Split.targets must be >= 0 or IGNORE_INDEX ({IGNORE_INDEX}), "
                                  f"got {self.targets[bad][0]}")
+        if (self.segment_ids is None) != (self.positions is None):
+            raise UsageError("Split.segment_ids and Split.positions go together; got one.")
+        for name in ("segment_ids", "positions"):
+            got = getattr(self, name)
+            if got is not None and got.shape != self.inputs.shape:
+                raise UsageError(f"Split.{name} shape {got.shape} must be the shape of inputs, "
+                                 f"{self.inputs.shape}")
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])

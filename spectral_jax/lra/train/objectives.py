@@ -99,7 +99,8 @@ def token_target_metrics(model: nnx.Module, batch: dict[str, jax.Array],
     Args:
         model: ``(batch, length) -> (batch, length, vocab)`` logits (``CausalLM``).
         batch: ``inputs`` int ``(B, L)``, ``targets`` int ``(B, L)``, ``mask`` bool ``(B, L)``,
-          ``weight`` ``(B,)``.
+          ``weight`` ``(B,)``; packed rows also ``segment_ids`` and ``positions``, passed to
+          the model.
         deterministic: no dropout.
 
     Returns:
@@ -118,7 +119,8 @@ def token_target_metrics(model: nnx.Module, batch: dict[str, jax.Array],
         >>> float(sums["count"]), float(sums["correct"])
         (2.0, 1.0)
     """
-    logits = model(batch["inputs"], deterministic=deterministic).astype(jnp.float32)
+    packed = {name: batch[name] for name in ("segment_ids", "positions") if name in batch}
+    logits = model(batch["inputs"], deterministic=deterministic, **packed).astype(jnp.float32)
     targets = batch["targets"]
     scored = targets != IGNORE_INDEX
     weight = scored.astype(jnp.float32) * batch["weight"][:, None]
