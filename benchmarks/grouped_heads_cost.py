@@ -9,6 +9,10 @@ no run and no quiet machine. A ratio near 1 says the method's work is mostly per
 (softmax, whose logits are per query head); the part computed from keys alone (landmarks,
 features, projections, states) is what falls by ``--groups``.
 
+A second table does the same for one decoding step (``decode_step`` after a prompt of
+``--length`` tokens, cache of ``--cache-length``) of every decode form with grouped heads:
+the state's bytes and the compiled step's peak memory (XLA), grouped / repeated.
+
 Usage::
 
     python benchmarks/grouped_heads_cost.py --out benchmarks/grouped_heads_cost.md
@@ -24,12 +28,16 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from spectral_jax.attention import ATTENTIONS
+from spectral_jax.attention import ATTENTIONS, DECODE_FORMS, decode_step, prefill
 from spectral_jax.lra.compiled import compiled_cost, peak_bytes
 
 # The recurrent family's grouped form keeps a state per value head (its own semantics, not
 # repeated keys); gated linear and memory-compressed attention have no grouped form.
 SKIP = ("gated_linear", "memory_compressed")
+
+
+def _step(state, q, k, v, *, kwargs):
+    return decode_step(state, q, k, v, **kwargs)
 
 
 def _compiled(fn, q, k, v):
@@ -44,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--budget", type=int, default=64,
                         help="landmarks, features, clusters, ... of every method")
+    parser.add_argument("--cache-length", type=int, default=4096)
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args(argv)
     n, h, d = args.length, args.heads, args.head_dim
@@ -64,6 +73,31 @@ def main(argv: list[str] | None = None) -> None:
         fg, fr = compiled_cost(grouped)[0], compiled_cost(repeated)[0]
         mg, mr = peak_bytes(grouped), peak_bytes(repeated)
         rows.append(f"| `{name}` | {fg:.3f} | {fr:.3f} | {fg / fr:.2f} | {mg / mr:.2f} |")
+        print(rows[-1], flush=True)
+    rows += ["", f"Decoding: one step after a {n}-token prompt, cache of {args.cache_length}.",
+             "", "| method | state MiB grouped | state MiB repeated | state ratio "
+             "| step peak ratio |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, spec in ATTENTIONS.items():
+        if spec.decode is None or not DECODE_FORMS[spec.decode].grouped:
+            continue
+        kwargs = spec.call_kwargs(jax.random.key(1), budget=args.budget, length=n, head_dim=d)
+        tokens = {}  # per-token gates, one row per key/value head
+        for arg, axis, batched in spec.token_arrays:
+            if batched and arg in kwargs:
+                x = kwargs.pop(arg)
+                tokens[arg] = jnp.broadcast_to(x, (1, n, kv_heads, *x.shape[x.ndim + axis + 2:]))
+        sizes, peaks = [], []
+        for keys, values, extra in ((k, v, tokens),
+                                    (rep(k), rep(v), {a: rep(x) for a, x in tokens.items()})):
+            _, state = prefill(name, q, keys, values, max_length=args.cache_length, **kwargs,
+                               **extra)
+            one = {a: x[:, :1] for a, x in extra.items()}
+            step = jax.jit(functools.partial(_step, kwargs={**kwargs, **one}))
+            sizes.append(state.nbytes)
+            peaks.append(peak_bytes(step.lower(state, q[:, :1], keys[:, :1],
+                                               values[:, :1]).compile()))
+        rows.append(f"| `{name}` | {sizes[0] / 2**20:.2f} | {sizes[1] / 2**20:.2f} | "
+                    f"{sizes[0] / sizes[1]:.3f} | {peaks[0] / peaks[1]:.3f} |")
         print(rows[-1], flush=True)
     text = (f"Forward pass, length {n}, {h} query heads, {kv_heads} key/value heads "
             f"(H_q / H_kv = {args.groups}), head dim {d}, batch 1, float32, "
