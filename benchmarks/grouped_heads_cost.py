@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
                 tokens[arg] = jnp.broadcast_to(x, (1, n, kv_heads, *x.shape[x.ndim + axis + 2:]))
         sizes, peaks = [], []
         for keys, values, extra in ((k, v, tokens),
-                                    (rep(k), rep(v), {a: rep(x) for a, x in tokens.items()})):
+                                    (rep(k), rep(v), {a: jnp.repeat(x, args.groups, axis=2)
+                                                      for a, x in tokens.items()})):
             _, state = prefill(name, q, keys, values, max_length=args.cache_length, **kwargs,
                                **extra)
             one = {a: x[:, :1] for a, x in extra.items()}
