@@ -3,7 +3,8 @@
 Documents are the paragraphs of the licenses corpus (``/usr/share/common-licenses``, see
 ``spectral_jax.lra.data.bytes_lm``), cut into pieces of at most ``length + 1`` bytes. Padded:
 one piece per row, padded to ``length``. Packed: pieces packed first fit
-(``spectral_jax.lra.data.packing.pack``) with segment ids and positions. The same model,
+(``spectral_jax.lra.data.packing.pack``) with segment ids and positions, as the
+``bytes_docs`` task lays them out. The same model,
 optimiser and batch shape train on each layout for the same number of steps; the figure is
 real (non-padding) target tokens per second, and the padding fraction of each layout.
 
@@ -23,37 +24,24 @@ import numpy as np
 import optax
 from flax import nnx
 
+from spectral_jax.lra.data import bytes_docs
 from spectral_jax.lra.data.bytes_lm import LICENSES_DIR, read_corpus
-from spectral_jax.lra.data.packing import lay_out, pack
-from spectral_jax.lra.data.tokens import encode_bytes
+from spectral_jax.lra.data.task import IGNORE_INDEX
 from spectral_jax.nn import CausalLM, TransformerConfig
 
-IGNORE = -100
 
-
-def documents(length: int) -> list[np.ndarray]:
-    """Paragraph pieces of at most ``length + 1`` ids (at least 2: one input, one target)."""
+def layouts(length: int) -> tuple[int, dict[str, dict[str, np.ndarray]]]:
+    """The corpus's paragraph pieces (``spectral_jax.lra.data.bytes_docs``), one per row and
+    packed: the number of pieces and each layout's arrays."""
     raw, _ = read_corpus(LICENSES_DIR, "folder")
-    pieces = []
-    for paragraph in raw.split(b"\n\n"):
-        ids = encode_bytes(paragraph.strip())
-        for start in range(0, max(len(ids) - 1, 0), length):
-            piece = ids[start:start + length + 1]
-            if len(piece) >= 2:
-                pieces.append(np.asarray(piece, np.int32))
-    return pieces
-
-
-def layouts(docs: list[np.ndarray], length: int) -> dict[str, dict[str, np.ndarray]]:
-    inputs, targets = [d[:-1] for d in docs], [d[1:] for d in docs]
-    padded = {"inputs": np.zeros((len(docs), length), np.int32),
-              "targets": np.full((len(docs), length), IGNORE, np.int32)}
-    for i, (x, y) in enumerate(zip(inputs, targets)):
-        padded["inputs"][i, :len(x)], padded["targets"][i, :len(y)] = x, y
-    packed = pack(inputs, length)
-    return {"padded": padded,
-            "packed": {"inputs": packed.tokens, "targets": lay_out(targets, packed, IGNORE),
-                       "segment_ids": packed.segment_ids, "positions": packed.positions}}
+    docs = bytes_docs.pieces(raw, length)
+    out = {}
+    for name, packed in (("padded", False), ("packed", True)):
+        split = bytes_docs.rows(docs, length, packed)
+        out[name] = {"inputs": split.inputs, "targets": split.targets}
+        if packed:
+            out[name].update(segment_ids=split.segment_ids, positions=split.positions)
+    return len(docs), out
 
 
 def time_training(method: str, data: dict[str, np.ndarray], *, batch: int, steps: int,
@@ -71,7 +59,7 @@ def time_training(method: str, data: dict[str, np.ndarray], *, batch: int, steps
         def loss_fn(model):
             extra = {k: rows[k] for k in ("segment_ids", "positions") if k in rows}
             logits = model(rows["inputs"], **extra)
-            scored = rows["targets"] != IGNORE
+            scored = rows["targets"] != IGNORE_INDEX
             losses = optax.softmax_cross_entropy_with_integer_labels(
                 logits, jnp.where(scored, rows["targets"], 0))
             return jnp.sum(losses * scored) / jnp.maximum(scored.sum(), 1)
@@ -100,9 +88,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    docs = documents(args.length)
-    data = layouts(docs, args.length)
-    lines = [f"# Packed vs padded byte-LM training ({len(docs)} documents, rows of "
+    count, data = layouts(args.length)
+    lines = [f"# Packed vs padded byte-LM training ({count} documents, rows of "
              f"{args.length}, batch {args.batch}, {args.steps} steps, {jax.default_backend()})",
              "", "| method | layout | rows | padding | ms/step | real tokens/s | packed/padded |",
              "|---|---|---:|---:|---:|---:|---:|"]
@@ -111,7 +98,7 @@ def main() -> None:
         for name, layout in data.items():
             seconds, _ = time_training(method, layout, batch=args.batch, steps=args.steps,
                                        length=args.length)
-            real = float(np.mean(layout["targets"] != IGNORE))
+            real = float(np.mean(layout["targets"] != IGNORE_INDEX))
             rates[name] = real * args.batch * args.length / seconds
             ratio = "" if name == "padded" else f"{rates['packed'] / rates['padded']:.2f}×"
             lines.append(f"| {method} | {name} | {len(layout['inputs'])} | {1 - real:.1%} | "
