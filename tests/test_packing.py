@@ -53,15 +53,22 @@ def test_every_sequence_sits_once_where_first_fit_puts_it(seed):
 
 def test_pack_names_what_it_refuses():
     with pytest.raises(UsageError, match=r"`sequences\[1\]` must be a 1-D int array of 1 to "
-                                         r"length=4 tokens; got int64 of shape \(5,\)"):
+                                         r"length=4 int32 tokens; got int64 of shape \(5,\)"):
         pack([np.array([1]), np.arange(5)], 4)
     with pytest.raises(UsageError, match=r"`sequences\[0\]`.*float"):
         pack([np.ones(2)], 4)
     with pytest.raises(UsageError, match="length"):
         pack([np.array([1])], 0)
+    with pytest.raises(UsageError, match=r"`sequences\[0\]`.*int32 tokens"):
+        pack([np.array([2**40])], 4)
+    assert pack([], 4).padding_fraction == 0.0
     p = pack([np.array([1, 2]), np.array([3])], 4)
     with pytest.raises(UsageError, match=r"`sequences\[0\]` has 3 tokens"):
         lay_out([np.array([1, 2, 3]), np.array([4])], p, fill=0)
+    with pytest.raises(UsageError, match=r"1 sequences for 2 packed ones"):
+        lay_out([np.array([1, 2])], p, fill=0)
+    with pytest.raises(UsageError, match=r"`sequences\[1\]` must be a 1-D int array; got float"):
+        lay_out([np.array([1, 2]), np.array([0.5])], p, fill=0)
 
 
 @pytest.mark.parametrize("attention,positional", [
@@ -77,6 +84,11 @@ def test_a_packed_row_gives_each_document_its_own_logits(attention, positional):
     p = pack(docs, 24)
     logits = model(jnp.asarray(p.tokens), segment_ids=jnp.asarray(p.segment_ids),
                    positions=jnp.asarray(p.positions))
+    # Without positions they are derived from the segment ids: the same logits (padding,
+    # one run of id 0, counts its own positions there).
+    derived = model(jnp.asarray(p.tokens), segment_ids=jnp.asarray(p.segment_ids))
+    real = p.segment_ids > 0
+    np.testing.assert_allclose(derived[real], logits[real], rtol=0, atol=1e-6)
     for doc, (row, start) in zip(docs, p.placement):
         alone = model(jnp.asarray(doc)[None])[0]
         np.testing.assert_allclose(logits[row, start:start + len(doc)], alone, rtol=0,
@@ -92,3 +104,27 @@ def test_a_model_whose_method_mixes_documents_refuses_them():
     with pytest.raises(UnsupportedError, match="Functions that take segment ids: "):
         model(jnp.asarray(p.tokens), segment_ids=jnp.asarray(p.segment_ids),
               positions=jnp.asarray(p.positions))
+
+
+def test_positions_are_checked_against_the_embedding():
+    config = TransformerConfig(vocab_size=40, num_classes=40, max_length=8, num_layers=1,
+                               embed_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32,
+                               is_causal=True, positional="learned", dropout_rate=0.0)
+    model = CausalLM(config, rngs=nnx.Rngs(0))
+    tokens = jnp.ones((1, 4), jnp.int32)
+    with pytest.raises(UsageError, match=r"positions must lie in \[0, max_length=8\); got 0..20"):
+        model(tokens, positions=jnp.array([[0, 1, 2, 20]]))
+    with pytest.raises(UsageError, match=r"positions must be int"):
+        model(tokens, positions=jnp.zeros((1, 4)))
+
+
+def test_a_rotary_layer_restarts_positions_at_each_segment():
+    from spectral_jax.nn import MultiHeadAttention
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(1, 7, 16)), jnp.float32)
+    ids = jnp.array([[1, 1, 1, 2, 2, 2, 2]])
+    layer = MultiHeadAttention(2, 16, attention="linear", is_causal=True, rope=True,
+                               rngs=nnx.Rngs(0))
+    packed = layer(x, segment_ids=ids, deterministic=True)
+    for part in (slice(0, 3), slice(3, 7)):
+        np.testing.assert_allclose(packed[:, part], layer(x[:, part], deterministic=True),
+                                   rtol=0, atol=1e-5)

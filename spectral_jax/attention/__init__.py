@@ -48,6 +48,7 @@ from spectral_jax.attention._registry import (
     get_attention,
     get_attention_spec,
 )
+from spectral_jax.attention._segments import positions as segment_positions
 from spectral_jax.attention._shard_form import SHARD_FORMS
 from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
 from spectral_jax.attention._softmax import reference_attention, softmax_attention
@@ -116,6 +117,7 @@ __all__ = [
     "resolve_head_chunk_size",
     "retnet_attention",
     "segment_means",
+    "segment_positions",
     "simple_gla_attention",
     "skyformer_attention",
     "softmax_attention",

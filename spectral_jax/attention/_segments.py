@@ -145,6 +145,23 @@ def _concrete(segments: Segments) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in segments)
 
 
+def positions(segment_ids: Array) -> Array:
+    """int32 ``(batch..., n)``: each token's index in its run of equal ids (positions that
+    restart per packed document, for position embeddings and RoPE).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from spectral_jax.attention import segment_positions
+      >>> segment_positions(jnp.array([[1, 1, 1, 2, 2, 0]])).tolist()
+      [[0, 1, 2, 0, 1, 0]]
+    """
+    index = jnp.broadcast_to(jnp.arange(segment_ids.shape[-1]), segment_ids.shape)
+    starts = jnp.concatenate([jnp.ones_like(segment_ids[..., :1], bool),
+                              segment_ids[..., 1:] != segment_ids[..., :-1]], axis=-1)
+    first = jax.lax.cummax(jnp.where(starts, index, 0), axis=segment_ids.ndim - 1)
+    return (index - first).astype(jnp.int32)
+
+
 def refuse(method: str, given: dict[str, Any]) -> None:
     """Raises for segment ids passed to a method that cannot honour them.
 
@@ -154,7 +171,8 @@ def refuse(method: str, given: dict[str, Any]) -> None:
     passed = [name for name in KEYWORDS if given.get(name) is not None]
     if passed:
         raise UnsupportedError(
-            f"{method}(): `{passed[0]}` given, but this method mixes the whole row (its "
-            "landmarks, projections, clusters or memory slots), so it cannot keep packed "
-            "segments apart. "
-            f"Functions that take segment ids: {_hints.functions_declaring('segment_ids')}.")
+            f"{method}(): `{passed[0]}` given, but this method does not keep packed segments "
+            f"apart (segment ids are not implemented for it). Functions that take segment "
+            f"ids: {_hints.functions_declaring('segment_ids')}; of those, "
+            f"{_hints.functions_declaring('query_segment_ids')} also take query_segment_ids "
+            "and kv_segment_ids.")

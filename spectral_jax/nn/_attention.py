@@ -292,7 +292,7 @@ class MultiHeadAttention(nnx.Module):
               padding token (e.g. left padding): it neither enters the cache nor advances
               its example's position, and its output is the output projection of zeros.
             segment_ids: int ``(batch..., length)``, packed sequences (no ``decode``): a token
-              attends within its segment only; with ``rope``, positions restarting per segment.
+              attends within its segment only; rotary positions then restart per segment.
 
         Returns:
             ``(batch..., q_len, out_features)`` in the computation dtype; with
@@ -340,6 +340,8 @@ class MultiHeadAttention(nnx.Module):
         if self.layer_parts is not None:  # the paper layer's convolution, before positions
             query, key, value = self._convolve(query, key, value, mask, valid if decode else None,
                                                segment_ids)
+        if positions is None and segment_ids is not None:  # restarting per document
+            positions = _attention.segment_positions(segment_ids)
         if self.rope:  # rotated before any method: it approximates attention of rotated q, k
             query = apply_rope(query, positions)
             key = apply_rope(key, positions if key.shape[-3] == query.shape[-3] else None)

@@ -95,7 +95,8 @@ class CausalLM(nnx.Module):
               (:func:`spectral_jax.lra.data.packing.pack`); a token attends only within its
               document. Methods that cannot keep documents apart raise.
             positions: int ``(batch, length)``: each token's position in its document (for
-              the position embedding and RoPE); None: ``arange(length)``.
+              the position embedding and RoPE); None: ``arange(length)``, or with
+              ``segment_ids`` each token's index in its run of equal ids.
 
         Returns:
             float32 ``(batch, length, vocab_size)``: position i scores the token at i + 1.
@@ -108,6 +109,8 @@ class CausalLM(nnx.Module):
         if decode:
             x = self._decode_embedding(inputs)
         else:
+            if positions is None and segment_ids is not None:
+                positions = _attention.segment_positions(segment_ids)
             x = self.embedding(inputs, deterministic=deterministic, positions=positions)
         for layer in self.layers:
             x = layer(x, None, deterministic=deterministic, decode=decode,

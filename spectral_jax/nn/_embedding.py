@@ -139,7 +139,9 @@ class TokenEmbedding(nnx.Module):
         Raises:
             spectral_jax.UsageTypeError: non-integer ``inputs``.
             spectral_jax.UsageError: ``inputs`` not 2-D or longer than ``max_length``; a concrete
-              token id outside ``[0, vocab_size)`` (traced: NaN, and a checkify error).
+              token id outside ``[0, vocab_size)`` (traced: NaN, and a checkify error);
+              ``positions`` not int of the inputs' shape, or (concrete) outside
+              ``[0, max_length)``.
         """
         if not jnp.issubdtype(inputs.dtype, jnp.integer):
             raise UsageTypeError(f"inputs must be integer token ids, got dtype {inputs.dtype}.")
@@ -153,9 +155,16 @@ class TokenEmbedding(nnx.Module):
             cls = jnp.broadcast_to(self.cls[...], (x.shape[0], 1, x.shape[-1])).astype(x.dtype)
             x = jnp.concatenate([cls, x], axis=1)
         length = x.shape[1]
-        if positions is not None and (self.cls is not None or positions.shape != inputs.shape):
-            raise UsageError(f"positions must have the shape of inputs {inputs.shape} (and no "
-                             f"CLS token); got {jnp.shape(positions)}.")
+        if positions is not None:
+            positions = jnp.asarray(positions)
+            if (self.cls is not None or positions.shape != inputs.shape
+                    or not jnp.issubdtype(positions.dtype, jnp.integer)):
+                raise UsageError(f"positions must be int with the shape of inputs {inputs.shape} "
+                                 f"(and no CLS token); got {positions.dtype} {positions.shape}.")
+            if not isinstance(positions, jax.core.Tracer) and positions.size and not (
+                    0 <= int(positions.min()) and int(positions.max()) < self.max_length):
+                raise UsageError(f"positions must lie in [0, max_length={self.max_length}); got "
+                                 f"{int(positions.min())}..{int(positions.max())}.")
         rows = jnp.arange(length)[None] if positions is None else positions
         if self.positional == "sinusoidal":
             table = jnp.asarray(sinusoidal_positions(self.max_length + (self.cls is not None),

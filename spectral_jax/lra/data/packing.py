@@ -38,8 +38,8 @@ class Packed(NamedTuple):
 
     @property
     def padding_fraction(self) -> float:
-        """The share of the rows' slots that hold no token."""
-        return float(np.mean(self.segment_ids == 0))
+        """The share of the rows' slots that hold no token (0 when there are no rows)."""
+        return float(np.mean(self.segment_ids == 0)) if self.segment_ids.size else 0.0
 
 
 def pack(sequences: Sequence[np.ndarray], length: int, *, pad_id: int = 0) -> Packed:
@@ -68,13 +68,15 @@ def pack(sequences: Sequence[np.ndarray], length: int, *, pad_id: int = 0) -> Pa
     """
     length = _checks.positive_int("pack()", "length", length)
     free: list[int] = []  # room left in each row
+    sequences = [np.asarray(seq) for seq in sequences]
     placement = np.zeros((len(sequences), 2), np.int64)
+    int32 = np.iinfo(np.int32)
     for i, seq in enumerate(sequences):
-        seq = np.asarray(seq)
-        if seq.ndim != 1 or not np.issubdtype(seq.dtype, np.integer) or not 0 < seq.size <= length:
+        if (seq.ndim != 1 or not 0 < seq.size <= length or not np.issubdtype(seq.dtype, np.integer)
+                or seq.min() < int32.min or seq.max() > int32.max):
             raise UsageError(
                 f"pack(): `sequences[{i}]` must be a 1-D int array of 1 to length={length} "
-                f"tokens; got {seq.dtype} of shape {seq.shape}.")
+                f"int32 tokens; got {seq.dtype} of shape {seq.shape}.")
         room = np.flatnonzero(np.asarray(free, np.int64) >= seq.size) if free else ()
         row = int(room[0]) if len(room) else len(free)
         if row == len(free):
@@ -105,9 +107,15 @@ def lay_out(sequences: Sequence[np.ndarray], packed: Packed, fill: int) -> np.nd
       >>> lay_out([np.array([6, 1]), np.array([2])], p, fill=-100).tolist()
       [[6, 1, 2, -100]]
     """
+    sequences = [np.asarray(seq) for seq in sequences]
+    if len(sequences) != len(packed.placement):
+        raise UsageError(f"lay_out(): {len(sequences)} sequences for {len(packed.placement)} "
+                         "packed ones; give one per packed sequence, in the same order.")
     out = np.full(packed.tokens.shape, fill, np.int32)
     for i, (seq, (row, start)) in enumerate(zip(sequences, packed.placement)):
-        seq = np.asarray(seq)
+        if seq.ndim != 1 or not np.issubdtype(seq.dtype, np.integer):
+            raise UsageError(f"lay_out(): `sequences[{i}]` must be a 1-D int array; got "
+                             f"{seq.dtype} of shape {seq.shape}.")
         placed = int(np.sum(packed.segment_ids[row] == packed.segment_ids[row, start]))
         if len(seq) != placed:
             raise UsageError(f"lay_out(): `sequences[{i}]` has {len(seq)} tokens; the packed "
