@@ -127,6 +127,15 @@ def check_runs(method: str, segments: Segments) -> Array | None:
     return None
 
 
+def with_runs_checked(method: str, segments: Segments, mask_ok: Array | None) -> Array | None:
+    """``mask_ok`` (bool ``(B,)`` or None) also False for the examples whose traced ids are
+    not contiguous runs; concrete ids that are not runs raise (:func:`check_runs`)."""
+    runs_ok = check_runs(method, segments)
+    if runs_ok is None:
+        return mask_ok
+    return runs_ok if mask_ok is None else mask_ok & runs_ok
+
+
 def for_running_state(method: str, query: Array, key: Array, given: tuple[Any, Any, Any],
                       mask_ok: Array | None) -> tuple[tuple[Array, ...], Array | None]:
     """The lift arguments of a method that resets a running state: ``((B, H, n) ids,)`` or
@@ -134,9 +143,7 @@ def for_running_state(method: str, query: Array, key: Array, given: tuple[Any, A
     segments = resolve(method, query, key, *given)
     if segments is None:
         return (), mask_ok
-    runs_ok = check_runs(method, segments)
-    if runs_ok is not None:
-        mask_ok = runs_ok if mask_ok is None else mask_ok & runs_ok
+    mask_ok = with_runs_checked(method, segments, mask_ok)
     ids = segments.key[:, None, :]
     return (jnp.broadcast_to(ids, (ids.shape[0], query.shape[-2], ids.shape[-1])),), mask_ok
 

@@ -237,6 +237,12 @@ def check_segment_call(attention: str, segment_ids: Any, *, decode: bool,
             f"attention={attention!r} spans segment boundaries; build the layer without it.")
 
 
+def _layer_groups_heads(spec: _attention.AttentionSpec) -> bool:
+    """Whether the layer groups heads: its method keeps no per-head learned or sampled state
+    other than random features, and it has no recurrent layer around it."""
+    return spec.state in (None, "random_features") and spec.layer is None
+
+
 def check_kv_heads(spec: _attention.AttentionSpec, num_heads: int, num_kv_heads: Any,
                    options: Mapping[str, Any]) -> int:
     """The layer's key/value head count: ``num_heads`` when None, else a divisor of it for
@@ -249,11 +255,9 @@ def check_kv_heads(spec: _attention.AttentionSpec, num_heads: int, num_kv_heads:
                          f"(grouped-query attention); got {num_kv_heads}.")
     parts = [name for name in ("symmetric", "conv_kernel_size", "short_conv_size",
                                "output_gate") if options.get(name) not in (None, False)]
-    if num_kv_heads != num_heads and (spec.state not in (None, "random_features") or parts
-                                      or spec.layer is not None):
+    if num_kv_heads != num_heads and (not _layer_groups_heads(spec) or parts):
         users = [n for n in _attention.available_attentions()
-                 if (s := _attention.get_attention_spec(n)).state in (None, "random_features")
-                 and s.layer is None and n not in ("gated_linear", "memory_compressed")]
+                 if _layer_groups_heads(_attention.get_attention_spec(n))]
         raise UnsupportedError(
             f"{_OWNER}: num_kv_heads={num_kv_heads} < num_heads={num_heads} with "
             f"attention={spec.name!r}{f' and {parts}' if parts else ''} is not implemented; "

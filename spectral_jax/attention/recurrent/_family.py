@@ -242,9 +242,7 @@ def run(method: str, query: Array, key: Array, value: Array, mask: Array | None,
     mask_ok = p.mask_ok
     if segment_ids is not None and _seq.active() is None:
         ids = segment_ids.reshape(b, n)  # kept concrete where it was, for the check
-        runs_ok = _segments.check_runs(method, _segments.Segments(ids, ids))
-        if runs_ok is not None:
-            mask_ok = runs_ok if mask_ok is None else mask_ok & runs_ok
+        mask_ok = _segments.with_runs_checked(method, _segments.Segments(ids, ids), mask_ok)
     call = Call(jnp.moveaxis(q, 1, 3), k, v, g, beta, reset, query_valid)
     chunk = _common.resolve_head_chunk_size(method, head_chunk_size, b * heads.state, n)
     out, final = _lift(call, state0, scale=p.scale, chunk_size=chunk_size, head_chunk=chunk)
