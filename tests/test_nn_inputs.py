@@ -98,8 +98,8 @@ def test_feature_size_mismatch_names_in_features_and_the_input(symmetric):
             "in_features=64 on its last axis; got shape (2, 10, 32) (last axis 32).")):
         layer(jnp.ones((2, 10, 32)))
     with pytest.raises(ValueError, match=re.escape(
-            "`inputs_kv` must be (batch..., length, in_features) with in_features=64 on its "
-            "last axis; got shape (2, 7, 48) (last axis 48).")):
+            "`inputs_kv` must be (batch..., length, in_kv_features) with in_kv_features=64 on "
+            "its last axis; got shape (2, 7, 48) (last axis 48).")):
         layer(good, jnp.ones((2, 7, 48)))
     with pytest.raises(ValueError, match=re.escape("`inputs_q` must be (batch..., length, "
                                                    "in_features) with in_features=64 on its "

@@ -159,6 +159,9 @@ class MultiHeadAttention(nn.Module):
         param_dtype: parameter dtype.
         kernel_init: initializer of the projection kernels.
         num_kv_heads: key/value heads (grouped-query attention; None: ``num_heads``).
+        in_kv_features, precision, bias_init, out_kernel_init, out_bias_init, normalize_qk:
+          as in Flax's attention modules (``query_ln`` / ``key_ln`` with ``normalize_qk``).
+        rope: rotary positions on queries and keys, as the NNX module's ``rope``.
 
     The variables sit at this module's level with the names and shapes of
     ``flax.linen.MultiHeadDotProductAttention``'s (``query``, ``key``, ``value``, ``out``,
@@ -195,6 +198,13 @@ class MultiHeadAttention(nn.Module):
     param_dtype: Any = jnp.float32
     kernel_init: Callable[..., Array] = nnx.initializers.xavier_uniform()
     num_kv_heads: int | None = None
+    in_kv_features: int | None = None
+    precision: Any = None
+    bias_init: Callable[..., Array] = nnx.initializers.zeros
+    out_kernel_init: Callable[..., Array] | None = None
+    out_bias_init: Callable[..., Array] | None = None
+    normalize_qk: bool = False
+    rope: bool = False
 
     def __post_init__(self) -> None:
         # The one stored form (hashable: Linen hashes modules by their fields).
@@ -212,8 +222,12 @@ class MultiHeadAttention(nn.Module):
         deterministic: bool | None = None,
         carry: Array | None = None,
         return_carry: bool = False,
+        inputs_v: Array | None = None,
+        segment_ids: Array | None = None,
+        positions: Array | None = None,
     ) -> Array | tuple[Array, Array | None]:
-        """Same arguments, result and errors as the NNX ``MultiHeadAttention.__call__``.
+        """Same arguments, result and errors as the NNX ``MultiHeadAttention.__call__``
+        (decoding, ``rngs`` and ``sow_weights`` excepted).
 
         Raises spectral_jax.UsageError when ``deterministic=False`` needs a ``"dropout"``
         rng not given.
@@ -237,10 +251,18 @@ class MultiHeadAttention(nn.Module):
             param_dtype=self.param_dtype,
             kernel_init=self.kernel_init,
             num_kv_heads=self.num_kv_heads,
+            in_kv_features=self.in_kv_features,
+            precision=self.precision,
+            bias_init=self.bias_init,
+            out_kernel_init=self.out_kernel_init,
+            out_bias_init=self.out_bias_init,
+            normalize_qk=self.normalize_qk,
+            rope=self.rope,
             name="attention",
         )
         # The NNX module's variables at this module's own level, as Flax's
         # MultiHeadDotProductAttention holds them (query, key, value, out).
         nn.share_scope(self, layer)
-        return layer(inputs_q, inputs_kv, mask=mask, deterministic=deterministic, carry=carry,
-                     return_carry=return_carry)
+        return layer(inputs_q, inputs_kv, inputs_v, mask=mask, deterministic=deterministic,
+                     carry=carry, return_carry=return_carry, segment_ids=segment_ids,
+                     positions=positions)

@@ -9,23 +9,26 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spectral_jax import UsageError
+from spectral_jax import _checks
 from spectral_jax import attention as _attention
-from spectral_jax.nn import _decode
+from spectral_jax.nn import _decode, _projections
 from spectral_jax.nn._attention_kwargs import (
+    check_carry,
     check_features,
     check_hashable,
     check_kv_heads,
     check_layer,
     check_segment_call,
+    dropout_key,
     normalise_attention_kwargs,
+    resolve_deterministic,
     split_attention_kwargs,
 )
 from spectral_jax.nn._recurrent_layer import RecurrentLayerParts, check_layer_options
 from spectral_jax.nn._rngs import stream as _stream
 from spectral_jax.nn._rope import apply_rope, check_positions, check_rope
 from spectral_jax.nn._state import STATE_MODULES, ConvSkip, redraw_state, uses_rng
-from spectral_jax.nn._symmetric import PairwiseScores, check_symmetric
+from spectral_jax.nn._symmetric import check_symmetric
 from spectral_jax.parallel import attention_function
 
 Array = jax.Array
@@ -43,14 +46,10 @@ class MultiHeadAttention(nnx.Module):
     arguments it contributes. ``attention_kwargs`` holds the function's parameters and the
     module options (:func:`module_options`):
 
-    - the state kind's options: ``num_features`` (random features, default 256; stored as
-      :class:`RandomFeatures`, not trained, changed only by :meth:`redraw`); ``proj_len``
-      (default 256), ``sharing`` (``"none"``, ``"key_value"`` or ``"layerwise"``: one
-      projection for every layer, built by the encoder and passed as ``shared_state``) and
-      ``max_length`` (required) for length projections (Wang et al. 2020, §4).
-    - ``num_inducing_points`` (inducing points, default 32; :class:`InducingPointState`),
-      ``packed_length`` (Luna, default 256; :class:`PackedSequenceState`, whose P' the layer
-      returns with ``return_carry``); RFA-Gate's gates (:class:`GateState`) have no option.
+    - the state kind's options, with the defaults :func:`module_options` lists: e.g.
+      ``num_features`` (:class:`RandomFeatures`, changed only by :meth:`redraw`); ``proj_len``,
+      ``sharing`` (``"layerwise"``: one projection for every layer, passed as
+      ``shared_state``) and ``max_length`` for length projections (Wang et al. 2020, §4).
     - ``conv_kernel_size`` (methods whose entry allows it): odd int or None (off); adds
       Nyströmformer's depthwise convolution skip on V (:class:`~spectral_jax.nn.ConvSkip`).
     - ``short_conv_size``, ``output_gate`` (the recurrent family; defaults: the paper's layer,
@@ -96,6 +95,10 @@ class MultiHeadAttention(nnx.Module):
           (``spectral_jax.attention.decode_methods()``).
         num_kv_heads: key/value heads (grouped-query attention; None: ``num_heads``), a
           divisor of ``num_heads``; the decode cache then holds these heads only.
+        in_kv_features, precision, bias_init, out_kernel_init, out_bias_init, normalize_qk,
+          keep_rngs: as in ``flax.nnx.MultiHeadAttention`` (:mod:`spectral_jax.nn._projections`;
+          ``precision`` applies to the projections, the method computes as its function
+          does); ``keep_rngs=False`` stores no dropout stream: pass ``rngs`` to the call.
 
     Raises:
         spectral_jax.UsageError: unknown attention name (the message lists the known ones);
@@ -138,8 +141,16 @@ class MultiHeadAttention(nnx.Module):
         shared_state: nnx.Module | None = None,
         decode: bool = False,
         num_kv_heads: int | None = None,
+        in_kv_features: int | None = None,
+        precision: Any = None,
+        bias_init: nnx.Initializer = nnx.initializers.zeros,
+        out_kernel_init: nnx.Initializer | None = None,
+        out_bias_init: nnx.Initializer | None = None,
+        normalize_qk: bool = False,
+        keep_rngs: bool = True,
         rngs: nnx.Rngs,
     ) -> None:
+        in_kv_features = in_features if in_kv_features is None else in_kv_features
         qkv_features = in_features if qkv_features is None else qkv_features
         out_features = in_features if out_features is None else out_features
         spec = _attention.get_attention_spec(attention)
@@ -151,6 +162,8 @@ class MultiHeadAttention(nnx.Module):
         self.num_heads = num_heads
         self.num_kv_heads = check_kv_heads(spec, num_heads, num_kv_heads, options)
         self.in_features = in_features
+        self.in_kv_features = _checks.positive_int("MultiHeadAttention", "in_kv_features",
+                                                   in_kv_features)
         self.head_dim = qkv_features // num_heads
         self.attention = attention
         # A sorted tuple keeps the module's static data hashable (one jit cache entry).
@@ -166,19 +179,14 @@ class MultiHeadAttention(nnx.Module):
             _decode.check_decode(attention, is_causal)
         self.symmetric = check_symmetric(options["symmetric"])
 
-        dense = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
-                     kernel_init=kernel_init, rngs=rngs)
-        heads, kv_heads = (num_heads, self.head_dim), (self.num_kv_heads, self.head_dim)
-        self.query = nnx.LinearGeneral(in_features, heads, **dense)
-        self.key = None if self.symmetric else nnx.LinearGeneral(in_features, kv_heads, **dense)
-        self.pairwise = nnx.data(None)
-        if isinstance(self.symmetric, str):
-            self.pairwise = PairwiseScores(num_heads, self.head_dim,
-                                           psd=self.symmetric == "pairwise_psd",
-                                           param_dtype=param_dtype, rngs=rngs)
-        self.value = nnx.LinearGeneral(in_features, kv_heads, **dense)
-        self.out = nnx.LinearGeneral(heads, out_features, axis=(-2, -1), **dense)
-        self.dropout_rng = _stream(rngs, "dropout", "params").fork() if dropout_rate else None
+        _projections.build(
+            self, in_features=in_features, in_kv_features=in_kv_features,
+            out_features=out_features, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
+            precision=precision, kernel_init=kernel_init, bias_init=bias_init,
+            out_kernel_init=out_kernel_init, out_bias_init=out_bias_init,
+            normalize_qk=normalize_qk, rngs=rngs)
+        self.dropout_rng = (_stream(rngs, "dropout", "params").fork()
+                            if dropout_rate and keep_rngs else None)
 
         self.conv_skip = nnx.data(None)
         if options.get("conv_kernel_size") is not None:
@@ -193,8 +201,8 @@ class MultiHeadAttention(nnx.Module):
         if shared_state is not None:
             self.state = shared_state
         elif spec.state is not None:
-            self.state = STATE_MODULES[spec.state](
-                options, in_features=in_features, num_heads=num_heads, head_dim=self.head_dim,
+            self.state = STATE_MODULES[spec.state](  # it reads the key/value inputs
+                options, in_features=in_kv_features, num_heads=num_heads, head_dim=self.head_dim,
                 dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def redraw(self, rng: Array) -> None:
@@ -222,10 +230,9 @@ class MultiHeadAttention(nnx.Module):
         """Creates the decoding cache for inputs ``(batch..., max_length, in_features)``.
 
         The cache (``nnx.Cache`` variables ``decode_state`` and ``cache_index``) holds the
-        method's :class:`~spectral_jax.attention.DecodeState`: a key/value cache of
-        ``max_length`` slots for softmax, a ring buffer of ``window + 1`` for local, the
-        running sums (constant in ``max_length``) for linear, performer and gated_linear,
-        the memory slots for memory_compressed. Calling it again empties the cache.
+        method's :class:`~spectral_jax.attention.DecodeState` (its registry ``decode`` form:
+        a key/value cache, a ring buffer, running sums or memory slots). Calling it again
+        empties the cache.
 
         Args:
             input_shape: ``(batch..., max_length, in_features)``.
@@ -257,6 +264,7 @@ class MultiHeadAttention(nnx.Module):
         self,
         inputs_q: Array,
         inputs_kv: Array | None = None,
+        inputs_v: Array | None = None,
         *,
         mask: Array | None = None,
         deterministic: bool | None = None,
@@ -266,12 +274,16 @@ class MultiHeadAttention(nnx.Module):
         decode: bool | None = None,
         valid: Array | None = None,
         segment_ids: Array | None = None,
+        rngs: nnx.Rngs | None = None,
+        sow_weights: bool = False,
     ) -> Array | tuple[Array, Array | None]:
         """Attends from ``inputs_q`` to ``inputs_kv`` (self-attention when None).
 
         Args:
             inputs_q: ``(batch..., q_len, in_features)``, float.
-            inputs_kv: ``(batch..., kv_len, in_features)`` or None (= ``inputs_q``).
+            inputs_kv: keys' inputs ``(batch..., kv_len, in_kv_features)`` or None
+              (= ``inputs_q``); Flax's ``inputs_k``.
+            inputs_v: values' inputs, the shape of ``inputs_kv``, or None (= ``inputs_kv``).
             mask: bool, True = attend, broadcastable to ``(batch..., num_heads, q_len,
               kv_len)`` (e.g. from ``nnx.make_attention_mask``), or None.
             deterministic: no dropout and fixed Skyformer landmarks; defaults to the
@@ -293,6 +305,9 @@ class MultiHeadAttention(nnx.Module):
               its example's position, and its output is the output projection of zeros.
             segment_ids: int ``(batch..., length)``, packed sequences (no ``decode``): a token
               attends within its segment only; rotary positions then restart per segment.
+            rngs: the ``"dropout"`` stream of this call (needed with ``keep_rngs=False``).
+            sow_weights: sow the attention weights as ``attention_weights`` in
+              ``nnx.Intermediate`` (methods that form them: registry ``weight_dropout``).
 
         Returns:
             ``(batch..., q_len, out_features)`` in the computation dtype; with
@@ -309,28 +324,15 @@ class MultiHeadAttention(nnx.Module):
         """
         decode = self.decode if decode is None else decode
         check_positions("MultiHeadAttention", self.rope, positions)
-        if deterministic is None:
-            deterministic = self.deterministic
-        if deterministic is None and self.uses_rng:
-            raise UsageError(
-                f"deterministic must be given to MultiHeadAttention (call or constructor) for "
-                f"attention={self.attention!r} with dropout_rate={self.dropout_rate}: it is "
-                "random in training (deterministic=False) and not in evaluation (True); got "
-                "None in both."
-            )
-        if deterministic is None:  # nothing random: both modes are the same computation
-            deterministic = True
+        deterministic = resolve_deterministic(self, deterministic, sow_weights)
         check_features("inputs_q", inputs_q, self.in_features)
-        if inputs_kv is not None:
-            check_features("inputs_kv", inputs_kv, self.in_features)
+        for name, x in (("inputs_kv", inputs_kv), ("inputs_v", inputs_v)):
+            x is None or check_features(name, x, self.in_kv_features, "in_kv_features")
         check_segment_call(self.attention, segment_ids, decode=decode,
                            conv_skip=self.conv_skip is not None)
         inputs_kv = inputs_q if inputs_kv is None else inputs_kv
-        query = self.query(inputs_q)
-        key = self.query(inputs_kv) if self.key is None else self.key(inputs_kv)
-        value = self.value(inputs_kv)
-        if self.pairwise is not None:
-            query, key = self.pairwise(query, key)
+        query, key, value = _projections.project(
+            self, inputs_q, inputs_kv, inputs_kv if inputs_v is None else inputs_v)
         if decode:
             state, valid = _decode.decode_inputs(self, query, inputs_kv is not inputs_q,
                                                  mask, deterministic, valid)
@@ -351,11 +353,7 @@ class MultiHeadAttention(nnx.Module):
             return (self.out(x), None) if return_carry else self.out(x)
 
         spec = _attention.get_attention_spec(self.attention)
-        if carry is not None and spec.carry is None:
-            raise UsageError(
-                f"carry is the state a layer hands to the next (Luna's P); "
-                f"attention={self.attention!r} has none, got an array of shape {carry.shape}."
-            )
+        check_carry(spec, carry)
         kwargs = dict(self.attention_kwargs, **({} if segment_ids is None
                                                  else {"segment_ids": segment_ids}))
         if self.is_causal:
@@ -367,8 +365,10 @@ class MultiHeadAttention(nnx.Module):
         if self.dropout_rate and not deterministic:
             # Only softmax (weight_dropout) gets here: the same call as in evaluation,
             # plus its Flax dropout keywords, so scale, causality and padding agree.
-            kwargs.update(dropout_rng=self.dropout_rng(), dropout_rate=self.dropout_rate,
+            kwargs.update(dropout_rng=dropout_key(self, rngs), dropout_rate=self.dropout_rate,
                           broadcast_dropout=False, deterministic=False)
+        if sow_weights:
+            kwargs["module"] = self
         next_carry = None
         # The registered function, or its sequence-sharded form inside split_sequence().
         fn = attention_function(self.attention)

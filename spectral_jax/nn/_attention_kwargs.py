@@ -209,15 +209,16 @@ def check_layer(spec: _attention.AttentionSpec, num_heads: int, in_features: int
         )
 
 
-def check_features(name: str, inputs: Any, in_features: int) -> None:
+def check_features(name: str, inputs: Any, in_features: int,
+                   field: str = "in_features") -> None:
     """Raises unless ``inputs`` is ``(batch..., length, in_features)``."""
     import jax.numpy as jnp
 
     shape = jnp.shape(inputs)
     if len(shape) < 2 or shape[-1] != in_features:
         raise UsageError(
-            f"MultiHeadAttention: `{name}` must be (batch..., length, in_features) with "
-            f"in_features={in_features} on its last axis; got shape {shape}"
+            f"MultiHeadAttention: `{name}` must be (batch..., length, {field}) with "
+            f"{field}={in_features} on its last axis; got shape {shape}"
             + (f" (last axis {shape[-1]})." if shape else ".")
         )
 
@@ -265,3 +266,53 @@ def check_kv_heads(spec: _attention.AttentionSpec, num_heads: int, num_kv_heads:
             "conv_kernel_size.")
     return num_kv_heads
 
+
+
+def resolve_deterministic(module: Any, deterministic: bool | None, sow_weights: bool) -> bool:
+    """The call's ``deterministic`` (else the constructor's; else True for a layer with
+    nothing random), after checking ``sow_weights`` against the method.
+
+    Raises:
+      spectral_jax.UsageError: None in both places for a random layer.
+      spectral_jax.UnsupportedError: ``sow_weights`` for a method that forms no weights.
+    """
+    if sow_weights and not _attention.get_attention_spec(module.attention).weight_dropout:
+        formed = [n for n in _attention.available_attentions()
+                  if _attention.get_attention_spec(n).weight_dropout]
+        raise UnsupportedError(
+            f"{_OWNER}: sow_weights=True needs attention weights; attention="
+            f"{module.attention!r} forms none (methods that do: {formed}).")
+    if deterministic is None:
+        deterministic = module.deterministic
+    if deterministic is None and module.uses_rng:
+        raise UsageError(
+            f"deterministic must be given to MultiHeadAttention (call or constructor) for "
+            f"attention={module.attention!r} with dropout_rate={module.dropout_rate}: it is "
+            "random in training (deterministic=False) and not in evaluation (True); got "
+            "None in both.")
+    return True if deterministic is None else deterministic
+
+
+def dropout_key(module: Any, rngs: Any) -> Any:
+    """The dropout key of a training call: from the call's ``rngs`` when given, else from the
+    stream the module keeps.
+
+    Raises:
+      spectral_jax.UsageError: neither (``keep_rngs=False`` and no ``rngs``).
+    """
+    if rngs is not None:
+        return rngs.dropout()
+    if module.dropout_rng is None:
+        raise UsageError(
+            f"{_OWNER}: dropout_rate={module.dropout_rate} with keep_rngs=False needs the "
+            "call's `rngs` (an nnx.Rngs with a 'dropout' stream) when deterministic=False; "
+            "got rngs=None.")
+    return module.dropout_rng()
+
+
+def check_carry(spec: _attention.AttentionSpec, carry: Any) -> None:
+    """Raises UsageError for a ``carry`` given to a method without a registry ``carry``."""
+    if carry is not None and spec.carry is None:
+        raise UsageError(
+            f"carry is the state a layer hands to the next (Luna's P); attention="
+            f"{spec.name!r} has none, got an array of shape {carry.shape}.")
