@@ -13,6 +13,11 @@ A second table does the same for one decoding step (``decode_step`` after a prom
 ``--length`` tokens, cache of ``--cache-length``) of every decode form with grouped heads:
 the state's bytes and the compiled step's peak memory (XLA), grouped / repeated.
 
+A third table splits the sequence over ``--devices`` simulated CPU devices
+(:func:`spectral_jax.parallel.sequence_parallel`) and counts the elements of the compiled
+forward pass's collectives, grouped / repeated: 1/``--groups`` where only key/value data
+crosses the devices (ring, feature sums, halo), more where per-query summaries cross too.
+
 Usage::
 
     python benchmarks/grouped_heads_cost.py --out benchmarks/grouped_heads_cost.md
@@ -29,7 +34,8 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax.attention import ATTENTIONS, DECODE_FORMS, decode_step, prefill
-from spectral_jax.lra.compiled import compiled_cost, peak_bytes
+from spectral_jax.lra.compiled import collectives, compiled_cost, peak_bytes
+from spectral_jax.parallel import sequence_parallel
 
 # The recurrent family's grouped form keeps a state per value head (its own semantics, not
 # repeated keys); gated linear and memory-compressed attention have no grouped form.
@@ -53,8 +59,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget", type=int, default=64,
                         help="landmarks, features, clusters, ... of every method")
     parser.add_argument("--cache-length", type=int, default=4096)
+    parser.add_argument("--devices", type=int, default=4,
+                        help="simulated CPU devices the sequence is split over")
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args(argv)
+    jax.config.update("jax_num_cpu_devices", args.devices)  # before any computation
     n, h, d = args.length, args.heads, args.head_dim
     kv_heads = h // args.groups
     ks = jax.random.split(jax.random.key(0), 3)
@@ -100,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(f"| `{name}` | {sizes[0] / 2**20:.2f} | {sizes[1] / 2**20:.2f} | "
                     f"{sizes[0] / sizes[1]:.3f} | {peaks[0] / peaks[1]:.3f} |")
         print(rows[-1], flush=True)
+    rows += _sequence_parallel_rows(args, q, k, v, rep)
     text = (f"Forward pass, length {n}, {h} query heads, {kv_heads} key/value heads "
             f"(H_q / H_kv = {args.groups}), head dim {d}, batch 1, float32, "
             f"{jax.default_backend()}; budget (landmarks, features, projection length, "
@@ -109,6 +119,25 @@ def main(argv: list[str] | None = None) -> None:
         args.out.write_text(text)
     else:
         sys.stdout.write(text)
+
+
+def _sequence_parallel_rows(args, q, k, v, rep) -> list[str]:
+    mesh = jax.make_mesh((args.devices,), ("seq",), devices=jax.devices("cpu")[:args.devices])
+    rows = ["", f"Sequence parallelism: the forward pass split over {args.devices} devices; "
+            "elements in its collectives.", "",
+            "| method | form | grouped | repeated | ratio |", "| --- | --- | ---: | ---: | ---: |"]
+    n, d = q.shape[-3], q.shape[-1]
+    for name, spec in ATTENTIONS.items():
+        if name in SKIP or ".recurrent." in spec.fn.__module__ or spec.sequence_parallel is None:
+            continue
+        kwargs = spec.call_kwargs(jax.random.key(1), budget=args.budget, length=n, head_dim=d)
+        fn = sequence_parallel(name, mesh=mesh, **kwargs)
+        sizes = [sum(c.size for c in collectives(_compiled(fn, q, keys, values)))
+                 for keys, values in ((k, v), (rep(k), rep(v)))]
+        rows.append(f"| `{name}` | {spec.sequence_parallel} | {sizes[0]:,} | {sizes[1]:,} | "
+                    f"{sizes[0] / sizes[1]:.3f} |")
+        print(rows[-1], flush=True)
+    return rows
 
 
 if __name__ == "__main__":

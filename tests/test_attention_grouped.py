@@ -9,17 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from attention_cases import NAMES, method_kwargs
+from attention_cases import GROUPED, UNGROUPED, method_kwargs
 
 from spectral_jax import UsageError
 from spectral_jax.attention import ATTENTIONS, softmax_attention
 
 B, N, D = 2, 16, 8
-# The linear-recurrent family keeps one state per value head with its own decay: grouped
-# heads there are the family's own form (tests/test_recurrent_*.py), not repeated keys.
-RECURRENT = tuple(n for n in NAMES if ".recurrent." in ATTENTIONS[n].fn.__module__)
-UNGROUPED = ("gated_linear", "memory_compressed")
-GROUPED = tuple(n for n in NAMES if n not in RECURRENT + UNGROUPED)
 
 
 def _qkv(heads: int, kv_heads: int, seed: int = 0):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _hints, _seq
+from spectral_jax.attention import _hints
 from spectral_jax.attention._hints import cached_decode_hint, causal_methods_hint
 from spectral_jax.attention._kwargs import check_flax_kwargs
 
@@ -26,22 +26,11 @@ def check_call(
     decode call (:func:`reject_cache_query`), causality."""
     check_flax_kwargs(method, flax_kwargs)
     check_qkv(method, query, key, value, grouped_ok=grouped_ok)
-    reject_grouped_split(method, query, key)
     reject_bias(method, bias)
     _checks.boolean(f"{method}()", "is_causal", is_causal)
     reject_cache_query(method, query, key, mask)
     if not causal_ok:
         reject_causal(method, is_causal)
-
-
-def reject_grouped_split(method: str, query: Array, key: Array) -> None:
-    """Refuses grouped-query heads on a sequence split over devices (no shard form has
-    them yet)."""
-    if query.shape[-2] != key.shape[-2] and _seq.active() is not None:
-        raise UnsupportedError(
-            f"{method}(): grouped-query heads on a split sequence are not implemented; got "
-            f"query {query.shape[-2]} and key/value {key.shape[-2]} heads. Repeat the key and "
-            "value heads (jnp.repeat(key, groups, axis=-2)) before sequence_parallel.")
 
 
 def reject_cache_query(method: str, query: Array, key: Array, mask: Array | None) -> None:

@@ -26,7 +26,6 @@ from spectral_jax.attention._call_checks import (  # noqa: F401
     reject_bias,
     reject_cache_query,
     reject_causal,
-    reject_grouped_split,
 )
 from spectral_jax.attention._kwargs import (  # noqa: F401
     FLAX_KWARGS,

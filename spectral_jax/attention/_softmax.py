@@ -168,9 +168,6 @@ def softmax_attention(
                or flax_kwargs.get("module") is not None)
     _common.check_qkv(method, query, key, value, grouped_ok=True)
     _checks.boolean(f"{method}()", "is_causal", is_causal)
-    _common.reject_grouped_split(method, query, key)
-    if query.shape[-2] != key.shape[-2]:
-        key, value = _repeat_heads(query, key), _repeat_heads(query, value)
     bottom_right = _alignment.bottom_right(method, causal_alignment)
     window = _alignment.window_size(method, local_window_size)
     scale = _common.default_scale(method, scale, query.shape[-1])
@@ -182,6 +179,8 @@ def softmax_attention(
                 f"{method}(): `local_window_size` on a split sequence is not implemented; "
                 "use local_attention, whose shard form exchanges a halo.")
         return _ring_attention(method, query, key, value, scale, is_causal, dropout)
+    if query.shape[-2] != key.shape[-2]:  # the ring passes the H_kv heads alone
+        key, value = _repeat_heads(query, key), _repeat_heads(query, value)
     q_len, kv_len = query.shape[-3], key.shape[-3]
     batch_shape = query.shape[:-3]
     full = (*batch_shape, query.shape[-2], q_len, kv_len)
