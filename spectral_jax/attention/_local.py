@@ -57,9 +57,9 @@ def _local_head(
     allowed = (offset <= left) & (offset >= -right_keys) & valid_near[:, None, :]
     if is_causal:
         allowed &= offset >= 0
-    if q_segments is not None:  # no halo on one device: the edge rows are invalid anyway
-        edge = jnp.zeros((block,), k_segments.dtype)
-        near = neighbours(k_segments, edge, edge[:right])
+    if q_segments is not None:  # the halo's ids (zeros on one device, where it is invalid)
+        near = neighbours(k_segments, _seq.from_previous(k_segments[n - block:]),
+                          _seq.from_next(k_segments[:right]))
         mine = jnp.pad(q_segments, (0, pad)).reshape(num_blocks, block)
         allowed &= mine[:, :, None] == near[:, None, :]
     logits = jnp.einsum("tqd,tkd->tqk", q_blocks, k_near)
@@ -212,7 +212,7 @@ def local_attention(
                  key_value_seq_lengths=key_value_seq_lengths,
                  is_causal=is_causal, bottom_right=bottom_right)
     segments = _segments.resolve(method, query, key, segment_ids, query_segment_ids,
-                                 kv_segment_ids)
+                                 kv_segment_ids, split_ok=True)
     per_head = ()
     if segments is not None:
         if q_len != kv_len:

@@ -43,7 +43,8 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             name="softmax", fn=softmax_attention, source="Vaswani et al. 2017, eq. 1",
             cost="O(n²d)", supports_causal=True, target="softmax", weight_dropout=True,
             cached_decode=True, decode="kv_cache", sequence_parallel="ring",
-            communication="(P - 1)(n/P)(d + d_v + 1)"),
+            communication="(P - 1)(n/P)(d + d_v + 1)",
+            token_arrays=(("segment_ids", -1, True),)),
         AttentionSpec(
             name="nystrom", fn=nystrom_attention, source="Xiong et al. 2021, eq. 14-15",
             cost="O(nmd + m³)", supports_causal=False, target="softmax",
@@ -153,7 +154,8 @@ ATTENTIONS: dict[str, AttentionSpec] = {
                    "(Tay et al. 2021)",
             cost="O(nwd)", supports_causal=True, target="softmax", recorded=("window",),
             budget="window", test_budget=8, cached_decode=True, decode="ring_buffer",
-            sequence_parallel="halo", communication="2w(d + d_v + 1); causal: w(d + d_v + 1)"),
+            sequence_parallel="halo", communication="2w(d + d_v + 1); causal: w(d + d_v + 1)",
+            token_arrays=(("segment_ids", -1, True),)),
         # The linear-recurrent family (spectral_jax.attention.recurrent): exact forms of their
         # own recurrences, each its own target; chunked, with a (d, d_v) state per head.
         AttentionSpec(

@@ -61,15 +61,17 @@ def ring_blocks(update: Callable[..., Any], carry: Any, k: Array, v: Array,
 
 
 def ring_softmax_head(
-    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array, *, scale: Any,
-    is_causal: bool,
+    q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array,
+    q_ids: Array | None = None, k_ids: Array | None = None, *, scale: Any, is_causal: bool,
 ) -> Array:
     """Exact softmax attention of one head's query shard against every key, by blocks.
 
     The running maximum is a stabiliser without a derivative (it cancels between the
     numerator and the normaliser), so values and gradients are those of the one-block
     softmax. Causal: key position ≤ query position, queries and keys at the same global
-    positions. Padded queries and queries with no valid key give zeros.
+    positions. Segment ids (``q_ids``, ``k_ids``): a query sees the keys of its id only, the
+    keys' ids travelling with their block. Padded queries and queries with no valid key
+    give zeros.
     """
     ct = _common.compute_dtype(q.dtype)
     q = q.astype(ct) * scale
@@ -78,7 +80,10 @@ def ring_softmax_head(
 
     def update(carry, kb, vb, valid, block):
         top, norm, acc = carry
-        ok = jnp.broadcast_to(valid[None, :], (n, kb.shape[0]))
+        if k_ids is not None:
+            valid, ids = valid
+            valid = valid[None, :] & (ids[None, :] == q_ids[:, None])
+        ok = jnp.broadcast_to(valid[None, :] if valid.ndim == 1 else valid, (n, kb.shape[0]))
         if is_causal:
             ok = ok & (block * kb.shape[0] + jnp.arange(kb.shape[0]) <= q_pos[:, None])
         logits = q @ kb.astype(ct).T
@@ -94,6 +99,7 @@ def ring_softmax_head(
     # The carry varies over the shards as the queries do.
     zero = jnp.zeros_like(q_valid, dtype=ct)
     init = (zero - jnp.inf, zero, jnp.zeros((n, v.shape[-1]), ct) + zero[:, None])
-    _, norm, acc = ring_blocks(update, init, k, v, k_valid)
+    keys = k_valid if k_ids is None else (k_valid, k_ids)
+    _, norm, acc = ring_blocks(update, init, k, v, keys)
     out = acc / jnp.where(norm > 0, norm, 1.0)[:, None]
     return jnp.where(q_valid[:, None] & (norm > 0)[:, None], out, 0.0)

@@ -47,14 +47,19 @@ def _check_ids(method: str, name: str, ids: Any, batch_shape: tuple[int, ...],
 
 
 def resolve(method: str, query: Array, key: Array, segment_ids: Any = None,
-            query_segment_ids: Any = None, kv_segment_ids: Any = None) -> Segments | None:
+            query_segment_ids: Any = None, kv_segment_ids: Any = None, *,
+            split_ok: bool = False) -> Segments | None:
     """The checked segment ids of one call, or None when none is given.
+
+    ``split_ok``: the method honours ``segment_ids`` on a split sequence too (the registry
+    lists them in its ``token_arrays``, so each shard gets its tokens' ids).
 
     Raises:
       spectral_jax.UsageError: ``segment_ids`` together with either of the other two, one
         of ``query_segment_ids`` / ``kv_segment_ids`` without the other, ``segment_ids`` with
         q_len != kv_len, ids not int or not of shape (batch..., length).
-      spectral_jax.UnsupportedError: segment ids on a sequence split over devices.
+      spectral_jax.UnsupportedError: segment ids on a sequence split over devices, unless
+        ``split_ok`` and given as ``segment_ids``.
     """
     if segment_ids is None and query_segment_ids is None and kv_segment_ids is None:
         return None
@@ -73,9 +78,14 @@ def resolve(method: str, query: Array, key: Array, segment_ids: Any = None,
                 f"{method}(): `segment_ids` is for self-attention (q_len == kv_len); got "
                 f"q_len={q_len}, kv_len={kv_len}: pass query_segment_ids and kv_segment_ids.")
         query_segment_ids = kv_segment_ids = segment_ids
-    if _seq.active() is not None:
+    if _seq.active() is not None and not (split_ok and segment_ids is not None):
+        from spectral_jax.attention._registry import ATTENTIONS
+
+        split = [n for n, s in ATTENTIONS.items()
+                 if any(arg == "segment_ids" for arg, *_ in s.token_arrays)]
         raise UnsupportedError(
-            f"{method}(): segment ids on a sequence split over devices are not implemented.")
+            f"{method}(): segment ids on a sequence split over devices are not implemented "
+            f"here; methods that take `segment_ids` there: {split}.")
     batch_shape = query.shape[:-3]
     return Segments(
         _check_ids(method, "query_segment_ids" if segment_ids is None else "segment_ids",

@@ -172,13 +172,13 @@ def softmax_attention(
     window = _alignment.window_size(method, local_window_size)
     scale = _common.default_scale(method, scale, query.shape[-1])
     segments = _segments.resolve(method, query, key, segment_ids, query_segment_ids,
-                                 kv_segment_ids)
+                                 kv_segment_ids, split_ok=True)
     if _seq.active() is not None:
         if window is not None:
             raise UnsupportedError(
                 f"{method}(): `local_window_size` on a split sequence is not implemented; "
                 "use local_attention, whose shard form exchanges a halo.")
-        return _ring_attention(method, query, key, value, scale, is_causal, dropout)
+        return _ring_attention(method, query, key, value, scale, is_causal, dropout, segments)
     if query.shape[-2] != key.shape[-2]:  # the ring passes the H_kv heads alone
         key, value = _repeat_heads(query, key), _repeat_heads(query, value)
     q_len, kv_len = query.shape[-3], key.shape[-3]
@@ -237,7 +237,8 @@ def softmax_attention(
 
 
 def _ring_attention(method: str, query: Array, key: Array, value: Array, scale: Any,
-                    is_causal: bool, dropout: bool) -> Array:
+                    is_causal: bool, dropout: bool,
+                    segments: _segments.Segments | None) -> Array:
     """One shard of a sequence split over devices: ring attention over the padding that
     :func:`spectral_jax.parallel.sequence_parallel` computed on the global arrays."""
     if dropout:
@@ -246,7 +247,10 @@ def _ring_attention(method: str, query: Array, key: Array, value: Array, scale: 
             "(the weights are never formed whole); use dropout_rate=0 or deterministic=True.")
     query_valid, key_valid, mask_ok, _ = _seq.active().padding
     head = functools.partial(_ring.ring_softmax_head, scale=scale, is_causal=is_causal)
-    return _common.lift(head, query, key, value, query_valid, key_valid, method=method,
+    heads = query.shape[-2]
+    ids = () if segments is None else tuple(  # this shard's ids, (B, H, n) each
+        jnp.broadcast_to(x[:, None], (x.shape[0], heads, x.shape[1])) for x in segments)
+    return _common.lift(head, query, key, value, query_valid, key_valid, *ids, method=method,
                         head_chunk_size=None, mask_ok=mask_ok).astype(query.dtype)
 
 
