@@ -115,8 +115,8 @@ def test_gradients_equal_scan_reference_float32(method):
             jnp.zeros((q.shape[-1], v.shape[-1])), scale=q.shape[-1] ** -0.5)
         return jnp.sum(out[0][None, :, None] * cot)
 
-    got = jax.grad(chunked, argnums=(0, 1, 2, 3))(q, k, v, arrays)
-    want = jax.grad(scanned, argnums=(0, 1, 2, 3))(q, k, v, arrays)
+    got = jax.jit(jax.grad(chunked, argnums=(0, 1, 2, 3)))(q, k, v, arrays)
+    want = jax.jit(jax.grad(scanned, argnums=(0, 1, 2, 3)))(q, k, v, arrays)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert _rel(a, b) < 1e-5
 
@@ -138,9 +138,9 @@ def test_extreme_gates_stay_finite_and_accurate(method, float64):
     kw32 = {n: (x.astype(np.float32) if isinstance(x, np.ndarray) else x) for n, x in kw.items()}
     with jax.enable_x64(False):
         out32 = _call(method, q32, k32, v32, kw32, chunk_size=16)
-        grads = jax.grad(lambda q: jnp.sum(FUNCTIONS[method](
+        grads = jax.jit(jax.grad(lambda q: jnp.sum(FUNCTIONS[method](
             q, jnp.asarray(k32), jnp.asarray(v32), chunk_size=16,
-            **{n: x for n, x in kw32.items()})))(jnp.asarray(q32))
+            **{n: x for n, x in kw32.items()}))))(jnp.asarray(q32))
     assert _rel(out32, expected) < 1e-5
     assert np.isfinite(np.asarray(grads)).all()
 
@@ -249,7 +249,7 @@ def test_gradients_with_padding_and_segments_equal_the_scan_float64(float64):
         return jnp.sum(jnp.sin(jnp.where(keep[:, None], out[0], 0.0)))
 
     args = tuple(jnp.asarray(x) for x in (q, k, v)) + (g, beta)
-    got = jax.grad(chunked, argnums=(0, 1, 2, 3, 4))(*args)
-    want = jax.grad(scanned, argnums=(0, 1, 2, 3, 4))(*args)
+    got = jax.jit(jax.grad(chunked, argnums=(0, 1, 2, 3, 4)))(*args)
+    want = jax.jit(jax.grad(scanned, argnums=(0, 1, 2, 3, 4)))(*args)
     for a, b in zip(got, want):
         assert _rel(a, b) < 1e-10
