@@ -59,20 +59,25 @@ def test_output_norm_and_swish_gate():
                                rtol=1e-5, atol=1e-6)
 
 
+# The layer called under nnx.jit (cache updates included): one compile per shape instead
+# of every operation dispatched eagerly.
+_JIT = nnx.jit(lambda layer, x, **kwargs: layer(x, **kwargs))
+
+
 @pytest.mark.parametrize("name", FAMILY)
 def test_decoding_with_the_paper_layer_equals_the_causal_run(name):
     x = jax.random.normal(jax.random.key(0), (2, 11, 16))
-    full = MultiHeadAttention(2, 16, attention=name, is_causal=True, rngs=nnx.Rngs(0))(x)
+    full = _JIT(MultiHeadAttention(2, 16, attention=name, is_causal=True, rngs=nnx.Rngs(0)), x)
     layer = MultiHeadAttention(2, 16, attention=name, is_causal=True, decode=True,
                                rngs=nnx.Rngs(0))
     layer.init_cache((2, 11, 16))
     # A prompt fed in decode mode, then one token a call; a padding token in between
     # (valid False) must leave the convolution cache and the state unchanged.
-    steps = [layer(x[:, :6])]
+    steps = [_JIT(layer, x[:, :6])]
     for t in range(6, 11):
         if t == 8:
-            layer(jnp.full((2, 1, 16), 7.0), valid=jnp.array([False, False]))
-        steps.append(layer(x[:, t:t + 1]))
+            _JIT(layer, jnp.full((2, 1, 16), 7.0), valid=jnp.array([False, False]))
+        steps.append(_JIT(layer, x[:, t:t + 1]))
     np.testing.assert_allclose(jnp.concatenate(steps, 1), full, rtol=2e-5, atol=2e-5)
 
 
@@ -82,10 +87,10 @@ def test_padding_does_not_reach_valid_outputs(name):
     x = jax.random.normal(jax.random.key(0), (1, 9, 16))
     valid = jnp.arange(9) < 6
     mask = valid[None, None, :, None] & valid[None, None, None, :]
-    a = layer(x, mask=mask)
-    b = layer(jnp.where(valid[None, :, None], x, 100.0), mask=mask)
+    a = _JIT(layer, x, mask=mask)
+    b = _JIT(layer, jnp.where(valid[None, :, None], x, 100.0), mask=mask)
     np.testing.assert_array_equal(np.asarray(a)[:, :6], np.asarray(b)[:, :6])
-    np.testing.assert_allclose(a[:, :6], layer(x[:, :6]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a[:, :6], _JIT(layer, x[:, :6]), rtol=1e-5, atol=1e-6)
 
 
 def test_bad_layer_options_name_the_option():
