@@ -80,19 +80,24 @@ def test_a_packed_row_gives_each_document_its_own_logits(attention, positional):
                                is_causal=True, attention=attention, positional=positional,
                                dropout_rate=0.0)
     model = CausalLM(config, rngs=nnx.Rngs(0))
+    run = nnx.jit(lambda model, tokens, **kwargs: model(tokens, **kwargs))
     docs = _sequences(7, 4, 10)
     p = pack(docs, 24)
-    logits = model(jnp.asarray(p.tokens), segment_ids=jnp.asarray(p.segment_ids),
-                   positions=jnp.asarray(p.positions))
+    logits = np.asarray(run(model, jnp.asarray(p.tokens), segment_ids=jnp.asarray(p.segment_ids),
+                            positions=jnp.asarray(p.positions)))
     # Without positions they are derived from the segment ids: the same logits (padding,
     # one run of id 0, counts its own positions there).
-    derived = model(jnp.asarray(p.tokens), segment_ids=jnp.asarray(p.segment_ids))
+    derived = run(model, jnp.asarray(p.tokens), segment_ids=jnp.asarray(p.segment_ids))
     real = p.segment_ids > 0
-    np.testing.assert_allclose(derived[real], logits[real], rtol=0, atol=1e-6)
-    for doc, (row, start) in zip(docs, p.placement):
-        alone = model(jnp.asarray(doc)[None])[0]
-        np.testing.assert_allclose(logits[row, start:start + len(doc)], alone, rtol=0,
-                                   atol=2e-5 * float(jnp.abs(alone).max()))
+    np.testing.assert_allclose(np.asarray(derived)[real], logits[real], rtol=0, atol=1e-6)
+    # Each document alone, one per row, right-padded: a causal model's logits at a token
+    # do not depend on the tokens after it.
+    alone = np.asarray(run(model, jnp.asarray(np.stack(
+        [np.pad(doc, (0, 10 - len(doc)), constant_values=1) for doc in docs]))))
+    for i, (doc, (row, start)) in enumerate(zip(docs, p.placement)):
+        want = alone[i, :len(doc)]
+        np.testing.assert_allclose(logits[row, start:start + len(doc)], want, rtol=0,
+                                   atol=2e-5 * float(np.abs(want).max()))
 
 
 def test_a_model_whose_method_mixes_documents_refuses_them():
