@@ -36,7 +36,7 @@ def test_grouped_heads_equal_repeated_keys_and_values(name, heads, kv_heads):
     lengths = jnp.array([N, 11])
     valid = jnp.arange(N)[None, :] < lengths[:, None]
     mask = valid[:, None, :, None] & valid[:, None, None, :]
-    fn = _fn(name)
+    fn = jax.jit(_fn(name), static_argnames=("is_causal",))
     calls = [{}, {"query_seq_lengths": lengths, "key_value_seq_lengths": lengths},
              {"mask": mask}]
     if ATTENTIONS[name].supports_causal:

@@ -4,6 +4,7 @@ other method refuses them, naming those that take them; bad ids get a clear erro
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import jax
@@ -66,11 +67,11 @@ def test_a_packed_row_equals_each_document_alone(name, is_causal):
         pytest.skip("the recurrent family is causal only")
     with jax.enable_x64(True):
         q, k, v, kwargs, tokens = _inputs(name)
-        fn = ATTENTIONS[name].fn
+        fn = jax.jit(functools.partial(ATTENTIONS[name].fn, **kwargs),
+                     static_argnames=("is_causal",))
         lengths = jnp.asarray(LENGTHS)
         packed = fn(q, k, v, is_causal=is_causal, segment_ids=jnp.asarray(IDS),
-                    query_seq_lengths=lengths, key_value_seq_lengths=lengths,
-                    **kwargs, **tokens)
+                    query_seq_lengths=lengths, key_value_seq_lengths=lengths, **tokens)
         assert packed.dtype == jnp.float64
         # Each document alone: one row per document, at its start, right-padded (padding
         # and batch mates change no valid output, as the registry tests check).
@@ -82,7 +83,7 @@ def test_a_packed_row_equals_each_document_alone(name, is_causal):
         gather = lambda x: x.reshape(B * N, *x.shape[2:])[take]  # noqa: E731
         sizes = jnp.asarray([len(idx) for _, idx in docs])
         alone = fn(gather(q), gather(k), gather(v), is_causal=is_causal,
-                   query_seq_lengths=sizes, key_value_seq_lengths=sizes, **kwargs,
+                   query_seq_lengths=sizes, key_value_seq_lengths=sizes,
                    **{n: gather(x) for n, x in tokens.items()})
         # Bidirectional Performer adds eps to features whose key stabiliser is the whole
         # row's: equal up to that eps, not to rounding.
@@ -104,7 +105,7 @@ def test_gradients_through_segments_are_finite_and_stay_in_their_document(name):
                                   **tokens)
         return jnp.sum(out[0, :7])
 
-    grad = jax.grad(first_document)(k)
+    grad = jax.jit(jax.grad(first_document))(k)
     assert bool(jnp.isfinite(grad).all())
     assert float(jnp.abs(grad[0, :7]).max()) > 0
     np.testing.assert_array_equal(grad[0, 7:], 0.0)
