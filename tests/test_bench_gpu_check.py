@@ -8,11 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from spectral_jax.attention import available_attentions
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# The GPU script end to end on CPU (~50-100 s): run with -m slow before lending it a GPU.
+@pytest.mark.slow
 def test_gpu_check_smoke_writes_every_part(tmp_path):
     out = tmp_path / "gpu"
     # The script runs $PYTHON (default: `python` on PATH); this interpreter has the harness.

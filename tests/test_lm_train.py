@@ -58,6 +58,8 @@ def test_bits_per_byte_in_results_and_metrics(trained):
     assert val[0]["count"] == held - 1
 
 
+# The trainer's resume is tested in tests/test_train_loop.py; the LM task's takes ~40 s.
+@pytest.mark.slow
 def test_resume_after_kill_continues_identically(trained, tmp_path):
     root, reference = trained
     config_json = tmp_path / "cfg.json"

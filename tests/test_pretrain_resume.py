@@ -95,9 +95,10 @@ def test_fine_tune_starts_from_the_pretrained_encoder(reference):
     assert np.abs(table - fresh[0]["encoder"]["embedding"]["embed"]["embedding"]).max() > 1e-4
 
 
+# One stop runs in CI (~45 s each); both with -m slow.
 @pytest.mark.parametrize("signum, at_step, stage, saved", [
     (signal.SIGKILL, 5, "pretrain_checkpoints", [4]),
-    (signal.SIGINT, 7, "checkpoints", [4, 7]),
+    pytest.param(signal.SIGINT, 7, "checkpoints", [4, 7], marks=pytest.mark.slow),
 ], ids=["killed-in-pretraining", "sigint-in-fine-tune"])
 def test_a_stop_in_either_stage_resumes_bit_exact(reference, signum, at_step, stage, saved):
     root, ref_dir, ref_results = reference
