@@ -16,12 +16,13 @@ from spectral_jax.nn import MultiHeadAttention
 
 H, HKV, E, N = 4, 2, 16, 12
 GROUPED = tuple(n for n, s in ATTENTIONS.items()
-                if s.state in (None, "random_features") and s.layer is None
-                and n not in ("gated_linear", "memory_compressed"))
+                if s.state not in ("gates", "memory_conv") and s.layer is None)
 KWARGS = {"nystrom": {"num_landmarks": 4}, "spectral_shift": {"num_landmarks": 4},
           "skyformer": {"num_landmarks": 4}, "performer": {"num_features": 16},
           "local": {"window": 3}, "clustered": {"num_clusters": 3},
-          "improved_clustered": {"num_clusters": 3}}
+          "improved_clustered": {"num_clusters": 3}, "probsparse": {"factor": 1},
+          "linformer": {"proj_len": 4, "max_length": N},
+          "inducing_points": {"num_inducing_points": 4}, "luna": {"packed_length": 4}}
 
 
 def _pair(name: str, is_causal: bool):
@@ -40,7 +41,8 @@ def _pair(name: str, is_causal: bool):
 
 
 def test_the_grouped_layers():
-    assert {"softmax", "nystrom", "linear", "performer", "local"} <= set(GROUPED)
+    assert {"softmax", "nystrom", "linear", "performer", "local", "linformer", "luna",
+            "inducing_points", "clustered", "probsparse"} <= set(GROUPED)
 
 
 @pytest.mark.parametrize("name", GROUPED)
@@ -75,9 +77,10 @@ def test_grouped_decoding_keeps_the_key_value_heads_and_equals_the_causal_run(na
 def test_what_has_no_grouped_form_refuses_it():
     with pytest.raises(UsageError, match=r"`num_kv_heads` must divide num_heads=4 .*got 3"):
         MultiHeadAttention(H, E, num_kv_heads=3, attention="softmax", rngs=nnx.Rngs(0))
-    for name, kw in (("luna", None), ("gla", None), ("softmax", {"symmetric": True}),
+    for name, kw in (("memory_compressed", None), ("gated_linear", None), ("gla", None),
+                     ("softmax", {"symmetric": True}),
                      ("nystrom", {"conv_kernel_size": 3})):
         with pytest.raises(UnsupportedError, match=r"num_kv_heads=2 < num_heads=4 .*layers "
                                                    r"with grouped heads"):
             MultiHeadAttention(H, E, num_kv_heads=HKV, attention=name, attention_kwargs=kw,
-                               is_causal=name == "gla", rngs=nnx.Rngs(0))
+                               is_causal=name in ("gla", "gated_linear"), rngs=nnx.Rngs(0))

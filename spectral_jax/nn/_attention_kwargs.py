@@ -239,9 +239,10 @@ def check_segment_call(attention: str, segment_ids: Any, *, decode: bool,
 
 
 def _layer_groups_heads(spec: _attention.AttentionSpec) -> bool:
-    """Whether the layer groups heads: its method keeps no per-head learned or sampled state
-    other than random features, and it has no recurrent layer around it."""
-    return spec.state in (None, "random_features") and spec.layer is None
+    """Whether the layer groups heads: its method's function has a grouped form (its state
+    is not the gates or memory convolution read per key head) and no recurrent layer
+    (whose convolution and gates are per head) surrounds it."""
+    return spec.state not in ("gates", "memory_conv") and spec.layer is None
 
 
 def check_kv_heads(spec: _attention.AttentionSpec, num_heads: int, num_kv_heads: Any,
