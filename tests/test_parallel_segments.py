@@ -56,7 +56,8 @@ def test_sharded_segments_equal_one_device(name, is_causal):
 
 def test_methods_without_a_split_form_of_segments_refuse_naming_those_with_one():
     q = jnp.ones((2, N, 2, D))
-    with pytest.raises(UnsupportedError, match=r"methods that take `segment_ids` there: "
-                                               r"\['softmax', 'local'"):
+    with pytest.raises(UnsupportedError, match=r"functions that take `segment_ids` there: "
+                                               r"softmax_attention, local_attention, "
+                                               r"gla_attention"):
         jax.jit(lambda q: sequence_parallel("linear", mesh=_mesh())(
             q, q, q, segment_ids=IDS))(q)

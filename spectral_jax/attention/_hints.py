@@ -67,3 +67,15 @@ def cached_decode_hint() -> str:
       True
     """
     return f"Functions that decode from a key/value cache: {functions_with('cached_decode')}."
+
+
+def functions_splitting(argument: str) -> str:
+    """The registered functions whose registry ``token_arrays`` split ``argument`` with the
+    tokens on a sequence split over devices, comma-separated.
+
+    Example:
+      >>> functions_splitting("segment_ids").split(", ")[:2]
+      ['softmax_attention', 'local_attention']
+    """
+    return ", ".join(spec.fn.__name__ for spec in REGISTERED.values()
+                     if any(arg == argument for arg, *_ in spec.token_arrays))

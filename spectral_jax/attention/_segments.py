@@ -79,13 +79,10 @@ def resolve(method: str, query: Array, key: Array, segment_ids: Any = None,
                 f"q_len={q_len}, kv_len={kv_len}: pass query_segment_ids and kv_segment_ids.")
         query_segment_ids = kv_segment_ids = segment_ids
     if _seq.active() is not None and not (split_ok and segment_ids is not None):
-        from spectral_jax.attention._registry import ATTENTIONS
-
-        split = [n for n, s in ATTENTIONS.items()
-                 if any(arg == "segment_ids" for arg, *_ in s.token_arrays)]
         raise UnsupportedError(
             f"{method}(): segment ids on a sequence split over devices are not implemented "
-            f"here; methods that take `segment_ids` there: {split}.")
+            f"here; functions that take `segment_ids` there: "
+            f"{_hints.functions_splitting('segment_ids')}.")
     batch_shape = query.shape[:-3]
     return Segments(
         _check_ids(method, "query_segment_ids" if segment_ids is None else "segment_ids",
