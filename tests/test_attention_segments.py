@@ -175,11 +175,14 @@ def test_decoding_takes_segment_ids_only_where_the_state_resets():
     with pytest.raises(UnsupportedError, match=r"`segment_ids` given, but the 'kv_cache' state"):
         prefill("softmax", q, k, v, max_length=N, segment_ids=ids)
     g = jnp.zeros((B, N, H, D))
-    out, state = prefill("gla", q, k, v, max_length=N + 1, segment_ids=ids, g=g)
+    out, state = jax.jit(functools.partial(prefill, "gla", max_length=N + 1))(
+        q, k, v, segment_ids=ids, g=g)
     # Example 1's second document (tokens 3..22) decodes as if alone.
-    alone = ATTENTIONS["gla"].fn(q[:, 3:], k[:, 3:], v[:, 3:], g=g[:, 3:], is_causal=True)
+    alone = jax.jit(functools.partial(ATTENTIONS["gla"].fn, is_causal=True))(
+        q[:, 3:], k[:, 3:], v[:, 3:], g=g[:, 3:])
     np.testing.assert_allclose(out[1, 3:], alone[1], rtol=0, atol=1e-5)
-    _, alone_state = prefill("gla", q[1:, 3:], k[1:, 3:], v[1:, 3:], max_length=N, g=g[1:, 3:])
+    _, alone_state = jax.jit(functools.partial(prefill, "gla", max_length=N))(
+        q[1:, 3:], k[1:, 3:], v[1:, 3:], g=g[1:, 3:])
     np.testing.assert_allclose(state.arrays["state"][1], alone_state.arrays["state"][0],
                                rtol=0, atol=1e-5)
     with pytest.raises(UsageError, match=r"decode_step\(\): `segment_ids` given"):
