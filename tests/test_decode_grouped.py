@@ -4,6 +4,8 @@ a grouped path refuse, naming the layout (registry-driven over DECODE_FORMS)."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,10 +53,10 @@ def test_the_grouped_forms():
 @pytest.mark.parametrize("name", GROUPED)
 def test_grouped_prefill_and_steps_equal_the_grouped_and_repeated_causal_runs(name):
     q, k, v, kwargs, tokens = _inputs(name)
-    fn = ATTENTIONS[name].fn
-    full = fn(q, k, v, is_causal=True, **kwargs, **tokens)
+    fn = jax.jit(functools.partial(ATTENTIONS[name].fn, is_causal=True, **kwargs))
+    full = fn(q, k, v, **tokens)
     g = HQ // HKV
-    repeated = fn(q, *(jnp.repeat(x, g, axis=2) for x in (k, v)), is_causal=True, **kwargs,
+    repeated = fn(q, *(jnp.repeat(x, g, axis=2) for x in (k, v)),
                   **{n: jnp.repeat(x, g, axis=2) for n, x in tokens.items()})
     scale = float(jnp.max(jnp.abs(full)))
     if name != "retnet":  # RetNet's decay is set per state head, so repeating changes it
