@@ -3,6 +3,8 @@ one (registry-driven), with prompts of different lengths per example, under jit.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -88,7 +90,8 @@ def test_prefill_and_steps_equal_the_parallel_causal_run(name):
     q, k, v, kwargs, tokens = _inputs(name)
     # Causal: rows < T do not depend on the tail; memory_compressed's do not either once
     # the tail completes the last slot, which is what a decoder sees (see its decode form).
-    full = ATTENTIONS[name].fn(q, k, v, is_causal=True, **kwargs, **tokens)[:, :T]
+    full = jax.jit(functools.partial(ATTENTIONS[name].fn, is_causal=True, **kwargs))(
+        q, k, v, **tokens)[:, :T]
     out, steps, state = _decode(name, q, k, v, kwargs, tokens, jit=True)
     scale = float(jnp.max(jnp.abs(full)))
     for b, length in enumerate(LENGTHS):
@@ -105,7 +108,8 @@ def test_prefill_and_steps_equal_the_parallel_causal_run(name):
 @pytest.mark.parametrize("name", DECODE)
 def test_steps_from_an_empty_state_equal_the_parallel_run(name):
     q, k, v, kwargs, tokens = _inputs(name, seed=1)
-    full = ATTENTIONS[name].fn(q, k, v, is_causal=True, **kwargs, **tokens)[:, :T]
+    full = jax.jit(functools.partial(ATTENTIONS[name].fn, is_causal=True, **kwargs))(
+        q, k, v, **tokens)[:, :T]
     state = init_decode_state(name, batch_shape=(B,), max_length=T, num_heads=H, head_dim=D,
                               **{n: a for n, a in kwargs.items() if n != "chunk_size"})
     step = jax.jit(lambda s, qt, kt, vt, tt: decode_step(s, qt, kt, vt, **kwargs, **tt))
