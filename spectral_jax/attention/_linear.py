@@ -63,10 +63,11 @@ def feature_attention(
     if segments is not None:
         num, den = segmented_sums(query_features, key_features, q, k, v, k_valid, segments,
                                   chunk_size=chunk_size, strict=False)
-        if not is_causal:  # the keys after each query, in the reversed row
+        if not is_causal:  # the keys after each query, in the reversed row (and shards)
             flip = lambda x: x[::-1]  # noqa: E731
             after = segmented_sums(query_features, key_features, *map(flip, (q, k, v, k_valid,
-                                   segments)), chunk_size=chunk_size, strict=True)
+                                   segments)), chunk_size=chunk_size, strict=True,
+                                   reverse=True)
             num, den = num + after[0][::-1], den + after[1][::-1]
         return num / _positive(den + eps)[:, None]
     if not is_causal:
@@ -116,14 +117,16 @@ def segmented_sums(
     query_features: Callable[[Array], Array],
     key_features: Callable[[Array, Array], Array],
     q: Array, k: Array, v: Array, k_valid: Array, segments: Array, *,
-    chunk_size: int, strict: bool,
+    chunk_size: int, strict: bool, reverse: bool = False,
 ) -> tuple[Array, Array]:
     """Numerator ``(n, d_v)`` and denominator ``(n,)`` of causal feature attention inside
     segments: query i sums keys j ≤ i (j < i if ``strict``) of its own contiguous run.
 
     The chunked scan of :func:`feature_attention` with the carried sums tagged by the id of
     the run they belong to: a query reads them only if it has that id, and a chunk's new
-    sums keep the carried ones only if its last token continues the run.
+    sums keep the carried ones only if its last token continues the run. On a split
+    sequence each shard starts from the sums of the run that enters it from the shards
+    before it (after it, with ``reverse``: the rows are reversed), :func:`_entering_run`.
     """
     n = q.shape[0]
     c = min(chunk_size, n)
@@ -152,8 +155,36 @@ def segmented_sums(
     ct = jnp.result_type(features.dtype, v.dtype)
     init = (jnp.zeros((features.shape[-1], v.shape[-1]), ct),
             jnp.zeros((features.shape[-1],), ct), segments[0])
-    _, (num, den) = jax.lax.scan(jax.checkpoint(step, prevent_cse=False), init, chunks)
+    scan = functools.partial(jax.lax.scan, jax.checkpoint(step, prevent_cse=False))
+    if _seq.active() is not None:
+        zero = jnp.zeros_like(k_valid[0], dtype=ct)  # the carry varies over the mesh axes
+        init = jax.tree.map(lambda x: x + zero.astype(x.dtype), init)
+        leaving, _ = scan(init, chunks)
+        init = _entering_run(leaving, segments[0], reverse=reverse)
+    _, (num, den) = scan(init, chunks)
     return num.reshape(nc * c, -1)[:n], den.reshape(-1)[:n]
+
+
+def _entering_run(leaving: tuple[Array, Array, Array], first: Array, *,
+                  reverse: bool) -> tuple[Array, Array, Array]:
+    """The carry ``(state, norm, id)`` entering this shard: the sums, over the shards before
+    it (after it, ``reverse``), of the run its predecessor ends with. Shard t leaves the sums
+    of its last run, plus what entered it when it is that one run throughout; one
+    all-gather of every shard's ``(r·d_v + r + 2)`` numbers, whatever the length."""
+    shard = _seq.active()
+    state, norm, last = leaving
+    whole = first == last  # one run throughout (ids are runs): it passes the carry on
+    every = [jax.lax.all_gather(x, shard.axis_name) for x in (state, norm, first, last, whole)]
+    index = jax.lax.axis_index(shard.axis_name)
+    carry = (jnp.zeros_like(state), jnp.zeros_like(norm), first)
+    for t in (range(shard.num_shards - 1, -1, -1) if reverse else range(shard.num_shards)):
+        s_t, n_t, first_t, last_t, whole_t = (x[t] for x in every)
+        joins = whole_t & (carry[2] == first_t)
+        new = (s_t + jnp.where(joins, carry[0], 0.0), n_t + jnp.where(joins, carry[1], 0.0),
+               last_t)
+        before = t > index if reverse else t < index
+        carry = tuple(jnp.where(before, a, b) for a, b in zip(new, carry))
+    return carry
 
 
 def _linear_head(

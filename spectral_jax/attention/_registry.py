@@ -75,7 +75,8 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             name="linear", fn=linear_attention, source="Katharopoulos et al. 2020, eq. 6-9",
             cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
             cached_decode=True, decode="feature_state", sequence_parallel="feature_reductions",
-            communication="d(d_v + 1); causal: P·d(d_v + 1)"),
+            communication="d(d_v + 1); causal: P·d(d_v + 1)",
+            token_arrays=(("segment_ids", -1, True),)),
         AttentionSpec(
             name="performer", fn=performer_attention,
             source="Choromanski et al. 2021 (FAVOR+), Lemma 1", cost="O(nrd)",
@@ -83,7 +84,8 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             budget="num_features", state="random_features", test_budget=32,
             cached_decode=True, decode="random_feature_state",
             sequence_parallel="feature_reductions",
-            communication="r(d_v + 1) + 2; causal: P·r(d_v + 1) + 2"),
+            communication="r(d_v + 1) + 2; causal: P·r(d_v + 1) + 2",
+            token_arrays=(("segment_ids", -1, True),)),
         AttentionSpec(
             name="linformer", fn=linformer_attention, source="Wang et al. 2020, eq. 7",
             cost="O(nkd)", supports_causal=False, target="softmax", recorded=("proj_len",),

@@ -78,7 +78,12 @@ def resolve(method: str, query: Array, key: Array, segment_ids: Any = None,
                 f"{method}(): `segment_ids` is for self-attention (q_len == kv_len); got "
                 f"q_len={q_len}, kv_len={kv_len}: pass query_segment_ids and kv_segment_ids.")
         query_segment_ids = kv_segment_ids = segment_ids
-    if _seq.active() is not None and not (split_ok and segment_ids is not None):
+    if _seq.active() is not None and split_ok and segment_ids is None:
+        raise UnsupportedError(
+            f"{method}(): on a sequence split over devices segment ids are split with the "
+            "tokens: pass `segment_ids` (self-attention), not query_segment_ids and "
+            "kv_segment_ids.")
+    if _seq.active() is not None and not split_ok:
         raise UnsupportedError(
             f"{method}(): segment ids on a sequence split over devices are not implemented "
             f"here; functions that take `segment_ids` there: "
@@ -147,7 +152,7 @@ def for_running_state(method: str, query: Array, key: Array, given: tuple[Any, A
                       mask_ok: Array | None) -> tuple[tuple[Array, ...], Array | None]:
     """The lift arguments of a method that resets a running state: ``((B, H, n) ids,)`` or
     ``()``, and ``mask_ok`` with traced ids that are not runs made False (NaN outputs)."""
-    segments = resolve(method, query, key, *given)
+    segments = resolve(method, query, key, *given, split_ok=True)
     if segments is None:
         return (), mask_ok
     mask_ok = with_runs_checked(method, segments, mask_ok)
