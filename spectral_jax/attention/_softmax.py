@@ -179,7 +179,8 @@ def softmax_attention(
                 f"{method}(): `local_window_size` on a split sequence is not implemented; "
                 "use local_attention, whose shard form exchanges a halo.")
         return _ring_attention(method, query, key, value, scale, is_causal, dropout, segments)
-    if query.shape[-2] != key.shape[-2]:  # the ring passes the H_kv heads alone
+    # Grouped heads are repeated here only: the ring above passes the H_kv heads alone.
+    if query.shape[-2] != key.shape[-2]:
         key, value = _repeat_heads(query, key), _repeat_heads(query, value)
     q_len, kv_len = query.shape[-3], key.shape[-3]
     batch_shape = query.shape[:-3]
