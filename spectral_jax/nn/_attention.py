@@ -95,10 +95,10 @@ class MultiHeadAttention(nnx.Module):
           (``spectral_jax.attention.decode_methods()``).
         num_kv_heads: key/value heads (grouped-query attention; None: ``num_heads``), a
           divisor of ``num_heads``; the decode cache then holds these heads only.
-        in_kv_features, precision, bias_init, out_kernel_init, out_bias_init, normalize_qk,
-          keep_rngs: as in ``flax.nnx.MultiHeadAttention`` (:mod:`spectral_jax.nn._projections`;
-          ``precision`` applies to the projections, the method computes as its function
-          does); ``keep_rngs=False`` stores no dropout stream: pass ``rngs`` to the call.
+        in_kv_features: features of the key/value inputs (default ``in_features``).
+        precision, bias_init, out_kernel_init, out_bias_init, normalize_qk: as in Flax's
+          module (:mod:`spectral_jax.nn._projections`); ``precision`` is the projections'.
+        keep_rngs: False: no dropout stream is kept; pass ``rngs`` to the call.
 
     Raises:
         spectral_jax.UsageError: unknown attention name (the message lists the known ones);
