@@ -74,8 +74,8 @@ def functions_splitting(argument: str) -> str:
     tokens on a sequence split over devices, comma-separated.
 
     Example:
-      >>> functions_splitting("segment_ids").split(", ")[:2]
-      ['softmax_attention', 'local_attention']
+      >>> functions_splitting("segment_ids").split(", ")[:3]
+      ['softmax_attention', 'linear_attention', 'performer_attention']
     """
     return ", ".join(spec.fn.__name__ for spec in REGISTERED.values()
                      if any(arg == argument for arg, *_ in spec.token_arrays))
