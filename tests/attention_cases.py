@@ -17,9 +17,8 @@ NON_CAUSAL = tuple(n for n, s in ATTENTIONS.items() if not s.supports_causal)
 # The linear-recurrent family keeps one state per value head with its own decay: grouped
 # heads there are the family's own form (tests/test_recurrent_*.py), not repeated keys.
 RECURRENT = tuple(n for n in NAMES if ".recurrent." in ATTENTIONS[n].fn.__module__)
-UNGROUPED = ("gated_linear", "memory_compressed")
 # The methods whose grouped heads equal keys and values repeated to the query heads.
-GROUPED = tuple(n for n in NAMES if n not in RECURRENT + UNGROUPED)
+GROUPED = tuple(n for n in NAMES if n not in RECURRENT)
 
 
 def method_kwargs(name: str, *, n: int, head_dim: int, seed: int = 0, budget: int | None = None):

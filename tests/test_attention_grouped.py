@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from attention_cases import GROUPED, UNGROUPED, method_kwargs
+from attention_cases import GROUPED, method_kwargs
 
 from spectral_jax import UsageError
 from spectral_jax.attention import ATTENTIONS, softmax_attention
@@ -63,14 +63,6 @@ def test_heads_that_do_not_group_are_refused(name):
                                          r"heads \(grouped-query attention\); got query 3, "
                                          r"key/value 2"):
         _fn(name)(q, k, v)
-
-
-@pytest.mark.parametrize("name", UNGROUPED)
-def test_methods_without_a_grouped_form_refuse_it(name):
-    q, k, v = _qkv(4, 2)
-    with pytest.raises(UsageError, match=r"query heads must be equal to the key/value heads "
-                                         r"\(this form takes no grouped heads\); got query 4"):
-        _fn(name)(q, k, v, is_causal=True)
 
 
 def test_key_padding_differing_inside_a_group_is_refused():

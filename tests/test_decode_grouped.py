@@ -24,7 +24,6 @@ from spectral_jax.attention import (
 B, T, HQ, HKV, D = 2, 9, 6, 2, 4
 P = 5
 GROUPED = tuple(n for n in decode_methods() if DECODE_FORMS[ATTENTIONS[n].decode].grouped)
-REFUSING = tuple(n for n in decode_methods() if n not in GROUPED)
 EXTRA = {"local": {"window": 3}, "linear": {"chunk_size": 4}, "performer": {"chunk_size": 4}}
 
 
@@ -45,9 +44,8 @@ def _inputs(name: str):
     return q, k, v, kwargs, tokens
 
 
-def test_the_grouped_forms():
-    assert GROUPED == ("softmax", "linear", "performer", "local", "gla", "retnet", "mamba2",
-                       "deltanet", "gated_deltanet")
+def test_every_decode_form_groups_heads():
+    assert GROUPED == decode_methods()
 
 
 @pytest.mark.parametrize("name", GROUPED)
@@ -95,14 +93,6 @@ def test_a_grouped_state_is_a_groups_fraction_of_the_repeated_one(name):
     sizes = [init_decode_state(name, batch_shape=(B,), max_length=T, num_heads=h, head_dim=D,
                                **kwargs).nbytes for h in (HKV, HQ)]
     assert sizes[0] * (HQ // HKV) == sizes[1]
-
-
-@pytest.mark.parametrize("name", REFUSING)
-def test_forms_without_grouped_heads_refuse_them(name):
-    q, k, v, kwargs, tokens = _inputs(name)
-    with pytest.raises(UsageError, match=r"prefill\(\): query heads must be equal to the "
-                                         r"key/value heads \(this form takes no grouped"):
-        prefill(name, q, k, v, max_length=T, **kwargs, **tokens)
 
 
 def test_a_step_with_other_key_heads_than_the_state_is_refused():

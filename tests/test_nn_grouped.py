@@ -1,6 +1,7 @@
 """nn.MultiHeadAttention(num_kv_heads=...): grouped-query layers equal the layer with its
-key/value projections repeated to every head, decode with a cache of the key/value heads,
-and refuse the methods and options that have no grouped form."""
+key/value projections (and the parts acting on keys: gates, memory convolutions, the
+recurrent layer's short convolution) repeated to every head, decode with a cache of the
+key/value heads, and refuse the options that have no grouped form."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import pytest
 from flax import nnx
 
 from spectral_jax import UnsupportedError, UsageError
-from spectral_jax.attention import ATTENTIONS
+from spectral_jax.attention import ATTENTIONS, STATE_KINDS
 from spectral_jax.nn import MultiHeadAttention
 
 H, HKV, E, N = 4, 2, 16, 12
-GROUPED = tuple(n for n, s in ATTENTIONS.items()
-                if s.state not in ("gates", "memory_conv") and s.layer is None)
+PER_KEY_HEAD = {k for k, kind in STATE_KINDS.items() if kind.per_key_head}
+# RetNet's decay is set by the head's index, so repeated heads are another layer.
+GROUPED = tuple(n for n in ATTENTIONS if n != "retnet")
 KWARGS = {"nystrom": {"num_landmarks": 4}, "spectral_shift": {"num_landmarks": 4},
           "skyformer": {"num_landmarks": 4}, "performer": {"num_features": 16},
           "local": {"window": 3}, "clustered": {"num_clusters": 3},
@@ -29,24 +31,37 @@ KWARGS = {"nystrom": {"num_landmarks": 4}, "spectral_shift": {"num_landmarks": 4
 _CALL = nnx.jit(lambda layer, x: layer(x))
 
 
+def _repeated(path: tuple, x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """A grouped layer's parameter as the repeated-heads layer holds it."""
+    if x.shape == shape:
+        return x
+    if path[0] == "layer_parts":  # short conv channels: q (H·d), then k and v (H_kv·d each)
+        d = E // H
+        x = x.reshape(x.shape[0], H + 2 * HKV, d)
+        parts = [x[:, :H], x[:, H:H + HKV], x[:, H + HKV:]]
+        parts[1:] = [jnp.repeat(p, H // HKV, axis=1) for p in parts[1:]]
+        return jnp.concatenate(parts, axis=1).reshape(shape)
+    axis = next(i for i, (a, b) in enumerate(zip(x.shape, shape)) if a != b)
+    return jnp.repeat(x, shape[axis] // x.shape[axis], axis=axis)
+
+
 def _pair(name: str, is_causal: bool):
     kw = dict(attention=name, attention_kwargs=KWARGS.get(name), is_causal=is_causal,
               deterministic=True)
     grouped = MultiHeadAttention(H, E, num_kv_heads=HKV, rngs=nnx.Rngs(0), **kw)
     full = MultiHeadAttention(H, E, rngs=nnx.Rngs(0), **kw)
-    full.query, full.out = grouped.query, grouped.out
-    if grouped.state is not None:
-        full.state = grouped.state
-    for part in ("key", "value"):
-        src, dst = getattr(grouped, part), getattr(full, part)
-        dst.kernel.set_value(jnp.repeat(src.kernel[...], H // HKV, axis=1))
-        dst.bias.set_value(jnp.repeat(src.bias[...], H // HKV, axis=0))
+    if grouped.state is not None and ATTENTIONS[name].state not in PER_KEY_HEAD:
+        full.state = grouped.state  # the same random features or learned summaries
+    params = nnx.to_flat_state(nnx.state(grouped, nnx.Variable))
+    flat = nnx.to_flat_state(nnx.state(full, nnx.Variable))
+    for path, var in flat:
+        var.set_value(_repeated(path, dict(params)[path][...], var.shape))
+    nnx.update(full, nnx.from_flat_state(flat))
     return grouped, full
 
 
-def test_the_grouped_layers():
-    assert {"softmax", "nystrom", "linear", "performer", "local", "linformer", "luna",
-            "inducing_points", "clustered", "probsparse"} <= set(GROUPED)
+def test_every_state_acting_on_keys_is_per_key_head():
+    assert PER_KEY_HEAD == {"gates", "memory_conv", "log_decay", "delta", "gated_delta", "ssd"}
 
 
 @pytest.mark.parametrize("name", GROUPED)
@@ -62,7 +77,8 @@ def test_a_grouped_layer_equals_its_repeated_heads(name):
                                    err_msg=f"{name}, is_causal={is_causal}")
 
 
-@pytest.mark.parametrize("name", ("softmax", "linear", "performer", "local"))
+@pytest.mark.parametrize("name", ("softmax", "linear", "performer", "local", "gated_linear",
+                                  "memory_compressed", "gla", "gated_deltanet"))
 def test_grouped_decoding_keeps_the_key_value_heads_and_equals_the_causal_run(name):
     x = jax.random.normal(jax.random.key(2), (2, N, E))
     grouped, full = _pair(name, True)
@@ -81,10 +97,8 @@ def test_grouped_decoding_keeps_the_key_value_heads_and_equals_the_causal_run(na
 def test_what_has_no_grouped_form_refuses_it():
     with pytest.raises(UsageError, match=r"`num_kv_heads` must divide num_heads=4 .*got 3"):
         MultiHeadAttention(H, E, num_kv_heads=3, attention="softmax", rngs=nnx.Rngs(0))
-    for name, kw in (("memory_compressed", None), ("gated_linear", None), ("gla", None),
-                     ("softmax", {"symmetric": True}),
-                     ("nystrom", {"conv_kernel_size": 3})):
-        with pytest.raises(UnsupportedError, match=r"num_kv_heads=2 < num_heads=4 .*layers "
-                                                   r"with grouped heads"):
+    for name, kw in (("softmax", {"symmetric": True}), ("nystrom", {"conv_kernel_size": 3})):
+        with pytest.raises(UnsupportedError, match=r"num_kv_heads=2 < num_heads=4 with "
+                                                   r"\['(symmetric|conv_kernel_size)'\]"):
             MultiHeadAttention(H, E, num_kv_heads=HKV, attention=name, attention_kwargs=kw,
-                               is_causal=name in ("gla", "gated_linear"), rngs=nnx.Rngs(0))
+                               rngs=nnx.Rngs(0))

@@ -101,11 +101,15 @@ def lift(
     method: str,
     head_chunk_size: int | None,
     mask_ok: Array | None = None,
+    key_args: tuple[Array, ...] = (),
 ) -> Array:
-    """Applies ``per_head(q, k, v, q_valid, k_valid, *args)`` to every batch element and head.
+    """Applies ``per_head(q, k, v, q_valid, k_valid, *args, *key_args)`` to every batch
+    element and head.
 
     ``query`` is ``(batch..., n, H, d)``; ``query_valid``/``key_valid`` are ``(B, H, len)`` with
-    batch flattened. Each of ``per_head_args`` has leading dims ``(B, H)``. With
+    batch flattened. Each of ``per_head_args`` has leading dims ``(B, H)``; each of
+    ``key_args`` ``(B, H_kv)``: per key/value head, like the keys (gates, compressed-slot
+    positions), so that with grouped heads they are shared by the query group. With
     ``head_chunk_size`` resolved by :func:`resolve_head_chunk_size` to ``B * H``, the per-head
     function is vmapped with axis names ``"batch"`` and ``"heads"``; otherwise ``jax.lax.map`` runs
     ``head_chunk_size`` slices per step, each under ``jax.checkpoint``, so the backward pass
@@ -115,7 +119,8 @@ def lift(
     if key.shape[-2] != query.shape[-2]:
         return _grouped_lift(per_head, query, key, value, query_valid, key_valid,
                              *per_head_args, method=method, head_chunk_size=head_chunk_size,
-                             mask_ok=mask_ok)
+                             mask_ok=mask_ok, key_args=key_args)
+    per_head_args = (*per_head_args, *key_args)
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
     heads = query.shape[-2]
@@ -159,19 +164,51 @@ def lift(
 
 def _grouped_lift(per_head: Callable[..., Array], query: Array, key: Array, value: Array,
                   query_valid: Array, key_valid: Array, *per_head_args: Array, method: str,
-                  head_chunk_size: int | None, mask_ok: Array | None) -> Array:
+                  head_chunk_size: int | None, mask_ok: Array | None,
+                  key_args: tuple[Array, ...]) -> Array:
     """:func:`lift` for G query heads per key/value head (query heads h·G .. h·G + G − 1
     share key/value head h, as ``jax.nn.dot_product_attention`` groups them).
 
     The G queries of a group are vmapped with the key, value and key validity unbatched, so
     everything the method computes from keys alone (landmarks, features, projections,
-    states) is computed once per key/value head; ``per_head_args`` stay per query head. A
+    states) is computed once per key/value head; ``per_head_args`` stay per query head,
+    ``key_args`` go with the keys. A
     mask whose key padding differs inside a group cannot be shared: it raises when concrete
     and, traced, makes that example's outputs NaN like any mask that is not padding.
     """
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
     heads, kv_heads = query.shape[-2], key.shape[-2]
+    groups = heads // kv_heads
+    kv_valid, mask_ok = key_head_valid(method, key_valid, kv_heads, mask_ok)
+    n, d = query.shape[-3], query.shape[-1]
+
+    num_args = len(per_head_args)
+
+    def group(q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array,
+              *args: Array) -> Array:
+        # One key/value head's query group, flattened into lift's one-head layout: q
+        # (n, G·d), q_valid (G·n), args (G, ...), key_args unbatched; out (n, G·d_v).
+        in_axes = (1, None, None, 0, None) + (0,) * num_args + (None,) * len(key_args)
+        out = jax.vmap(per_head, in_axes=in_axes, out_axes=1)(
+            q.reshape(n, groups, d), k, v, q_valid.reshape(groups, n), k_valid, *args)
+        return out.reshape(n, -1)
+
+    q = query.reshape(*batch_shape, n, kv_heads, groups * d)
+    q_valid = query_valid.reshape(b, kv_heads, groups * n)
+    args = tuple(a.reshape(b, kv_heads, groups, *a.shape[2:]) for a in per_head_args)
+    out = lift(group, q, key, value, q_valid, kv_valid, *args, *key_args,
+               method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok)
+    # (batch..., n, H_kv, G·d_v) -> (batch..., n, H_q, d_v)
+    return out.reshape(*batch_shape, n, heads, -1)
+
+
+def key_head_valid(method: str, key_valid: Array, kv_heads: int,
+                   mask_ok: Array | None) -> tuple[Array, Array | None]:
+    """The key validity ``(B, H, n)`` of the query heads as ``(B, H_kv, n)``, one row per
+    key/value head, and ``mask_ok`` updated: the query heads of one group must share their
+    key padding (concrete: UsageError; traced: that example's ``mask_ok`` turns False)."""
+    b, heads = key_valid.shape[:2]
     groups = heads // kv_heads
     grouped_valid = key_valid.reshape(b, kv_heads, groups, -1)
     shared = jnp.all(grouped_valid == grouped_valid[:, :, :1], axis=(1, 2, 3))
@@ -183,25 +220,7 @@ def _grouped_lift(per_head: Callable[..., Array], query: Array, key: Array, valu
                 "inside a group. Pass a mask with one head (batch, 1, q_len, kv_len).")
     else:
         mask_ok = shared if mask_ok is None else mask_ok & shared
-
-    n, d = query.shape[-3], query.shape[-1]
-
-    def group(q: Array, k: Array, v: Array, q_valid: Array, k_valid: Array,
-              *args: Array) -> Array:
-        # One key/value head's query group, flattened into lift's one-head layout: q
-        # (n, G·d), q_valid (G·n), args (G, ...); out (n, G·d_v).
-        out = jax.vmap(per_head, in_axes=(1, None, None, 0, None) + (0,) * len(args),
-                       out_axes=1)(q.reshape(n, groups, d), k, v,
-                                   q_valid.reshape(groups, n), k_valid, *args)
-        return out.reshape(n, -1)
-
-    q = query.reshape(*batch_shape, n, kv_heads, groups * d)
-    q_valid = query_valid.reshape(b, kv_heads, groups * n)
-    args = tuple(a.reshape(b, kv_heads, groups, *a.shape[2:]) for a in per_head_args)
-    out = lift(group, q, key, value, q_valid, grouped_valid[:, :, 0], *args,
-               method=method, head_chunk_size=head_chunk_size, mask_ok=mask_ok)
-    # (batch..., n, H_kv, G·d_v) -> (batch..., n, H_q, d_v)
-    return out.reshape(*batch_shape, n, heads, -1)
+    return grouped_valid[:, :, 0], mask_ok
 
 
 def _chunked(per_head: Callable[..., Array], heads: int, head_chunk_size: int, q: Array,

@@ -83,10 +83,14 @@ def _outputs(q, k, v, lengths, params):
     ct = memory_k.dtype
     last = stride * jnp.arange(memory_k.shape[1]) + kernel - 1  # each slot's last position
     allowed = last[None, :] <= jnp.arange(q.shape[1])[:, None]  # (P, m)
-    logits = jnp.einsum("bqhd,bmhd->bhqm", q.astype(ct) * scale, memory_k, precision=_HI)
+    b, p, heads = q.shape[:3]
+    # Grouped-query heads: G queries read each key/value head's slots.
+    q = q.reshape(b, p, k.shape[2], heads // k.shape[2], q.shape[-1])
+    logits = jnp.einsum("bqhgd,bmhd->bhgqm", q.astype(ct) * scale, memory_k, precision=_HI)
     weights = _common.masked_softmax(logits, allowed)
-    out = jnp.einsum("bhqm,bmhe->bqhe", weights, memory_v, precision=_HI)
-    q_valid = jnp.arange(q.shape[1])[None, :] < lengths[:, None]
+    out = jnp.einsum("bhgqm,bmhe->bqhge", weights, memory_v, precision=_HI)
+    out = out.reshape(b, p, heads, out.shape[-1])
+    q_valid = jnp.arange(p)[None, :] < lengths[:, None]
     return jnp.where(q_valid[:, :, None, None], out, 0.0)
 
 
@@ -103,7 +107,7 @@ def _step(arrays, position, write, q, k, v, params):
             f"decode_step(): the memory-compressed state was built for kernel size "
             f"{arrays['key'].shape[-2]}, but key_conv has kernel size {kernel}.")
     scale = _common.default_scale("decode_step", params.get("scale"), q.shape[-1])
-    b, h = q.shape[:2]
+    b, h = k.shape[:2]
     convs = {"key": _conv_per_head(params["key_conv"], b, h),
              "value": _conv_per_head(params["value_conv"], b, h)}
 
@@ -131,4 +135,5 @@ def _step(arrays, position, write, q, k, v, params):
 COMPRESSED_MEMORY = DecodeForm(
     init=_init, prefill=_prefill, step=_step, outputs=_outputs,
     summary="the complete memory slots (max_length/stride) and a ring buffer of the last "
-            "kernel keys and values: O((max_length/stride)·d) per head")
+            "kernel keys and values: O((max_length/stride)·d) per head",
+    grouped=True)

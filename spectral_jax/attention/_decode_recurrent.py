@@ -194,8 +194,8 @@ def _gated_prefill(q, k, v, lengths, max_length, params):
 
 def _gated_step(arrays, position, write, q, k, v, params):
     phi, eps = _phi(params), params["eps"]
-    b, h = q.shape[:2]
-    gates = _gates(params["gates"], (b, 1, h))[:, 0]  # (B, H)
+    b, h = k.shape[:2]  # the state's heads: the key/value heads
+    gates = _gates(params["gates"], (b, 1, h))[:, 0]  # (B, H_kv)
 
     def core(s, pos, write1, q1, k1, v1, g):
         del pos
@@ -212,4 +212,5 @@ def _gated_step(arrays, position, write, q, k, v, params):
 GATED_STATE = DecodeForm(
     init=_linear_init, prefill=_gated_prefill, step=_gated_step,
     summary="the gated running sums S (d×d_v) and z (d), decayed by each token's gate: "
-            "O(d·d_v) per head, whatever the context length")
+            "O(d·d_v) per head, whatever the context length",
+    grouped=True)

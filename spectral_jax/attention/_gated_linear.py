@@ -194,11 +194,12 @@ def gated_linear_attention(
 
     Args:
       query: float ``(batch..., n, heads, head_dim)``; bf16 in, bf16 out (float32 state).
-      key: float ``(batch..., n, heads, head_dim)``.
-      value: float ``(batch..., n, heads, v_head_dim)``.
+      key: float ``(batch..., n, kv_heads, head_dim)``; ``kv_heads`` divides ``heads``
+        (grouped-query attention: one state per key/value head, read by its query group).
+      value: float ``(batch..., n, kv_heads, v_head_dim)``.
       bias: must be None.
       mask: optional bool padding mask broadcastable to ``(batch, heads, n, n)``.
-      gates: float ``(batch..., n, heads)`` in [0, 1], g_t per token and head (a module
+      gates: float ``(batch..., n, kv_heads)`` in [0, 1], g_t per token and state (a module
         learns them as σ(x_t·w + b)); batch and heads axes may be 1 (shared); values
         checked when concrete.
       scale: must be None (the feature map replaces the softmax scale).
@@ -240,7 +241,7 @@ def gated_linear_attention(
     """
     method = "gated_linear_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask,
-                       causal_ok=True, grouped_ok=False)
+                       causal_ok=True)
     if not is_causal:
         raise UnsupportedError(
             f"{method}(): `is_causal=False` is not supported: the gated recurrence S_t = "
@@ -273,6 +274,6 @@ def gated_linear_attention(
     b = p.query_valid.shape[0]
     per_head_gates = jnp.swapaxes(gates.reshape(b, *gates.shape[-2:]), 1, 2)  # (B, H, n)
     return _common.lift(
-        head, query, key, value, p.query_valid, p.key_valid, per_head_gates,
+        head, query, key, value, p.query_valid, p.key_valid, key_args=(per_head_gates,),
         method=method, mask_ok=p.mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

@@ -170,8 +170,10 @@ def memory_compressed_attention(
     Args:
       query: float ``(batch..., q_len, heads, head_dim)`` (bf16 in, bf16 out; convolution,
         softmax and normalisers in float32).
-      key: float ``(batch..., kv_len, heads, head_dim)``.
-      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      key: float ``(batch..., kv_len, kv_heads, head_dim)``; ``kv_heads`` divides ``heads``
+        (grouped-query attention: each key/value head's slots are made once and read by
+        its query group; ``heads`` below means ``kv_heads`` for the convolutions).
+      value: float ``(batch..., kv_len, kv_heads, v_head_dim)``.
       bias: must be None.
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: logit scale, default ``1/sqrt(head_dim)``.
@@ -217,8 +219,8 @@ def memory_compressed_attention(
     """
     method = "memory_compressed_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs,
-                       mask=mask, causal_ok=True, grouped_ok=False)
-    heads = query.shape[-2]
+                       mask=mask, causal_ok=True)
+    heads = key.shape[-2]
     key_conv = _check_conv(method, "key_conv", key_conv, heads, key.shape[-1])
     value_conv = _check_conv(method, "value_conv", value_conv, heads, value.shape[-1])
     kernel = key_conv.shape[-3]
@@ -241,11 +243,15 @@ def memory_compressed_attention(
     batch_shape = query.shape[:-3]
     b = math.prod(batch_shape)
     flat = lambda x: x.reshape(b, *x.shape[-3:])  # noqa: E731
-    memory_k, slot_last = compress_memory(flat(key), p.key_valid, key_conv, int(stride))
-    memory_v, _ = compress_memory(flat(value), p.key_valid, value_conv, int(stride))
+    # The slots are made once per key/value head; a query group reads its head's slots.
+    key_valid, mask_ok = _common.key_head_valid(method, p.key_valid, heads, p.mask_ok)
+    memory_k, slot_last = compress_memory(flat(key), key_valid, key_conv, int(stride))
+    memory_v, _ = compress_memory(flat(value), key_valid, value_conv, int(stride))
     unflat = lambda x: x.reshape(*batch_shape, *x.shape[1:])  # noqa: E731
     head = functools.partial(_memory_head, scale=p.scale, is_causal=is_causal)
+    groups = query.shape[-2] // heads
     return _common.lift(
-        head, query, unflat(memory_k), unflat(memory_v), p.query_valid, slot_last >= 0,
-        slot_last, method=method, mask_ok=p.mask_ok, head_chunk_size=head_chunk_size,
+        head, query, unflat(memory_k), unflat(memory_v), p.query_valid,
+        jnp.repeat(slot_last >= 0, groups, axis=1), key_args=(slot_last,),
+        method=method, mask_ok=mask_ok, head_chunk_size=head_chunk_size,
     ).astype(query.dtype)

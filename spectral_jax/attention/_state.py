@@ -33,6 +33,9 @@ class StateKind:
       size: the option that sets the state's size (a method's budget), or None.
       build: ``build(rng, *, size, length, head_dim)``: the ``arguments`` as arrays, a pure
         function for benchmarks and tests (modules own learned or persistent versions).
+      per_key_head: the arrays have one entry per key/value head (they act on the keys or
+        on the state the keys write), so a layer with grouped-query heads builds
+        ``num_kv_heads`` of them; otherwise one per query head or shared.
     """
 
     name: str
@@ -40,6 +43,7 @@ class StateKind:
     options: Mapping[str, Any]
     size: str | None
     build: Callable[..., dict[str, Any]]
+    per_key_head: bool = False
 
 
 def _random_features(rng: Array, *, size: int, length: int, head_dim: int) -> dict[str, Array]:
@@ -140,20 +144,22 @@ STATE_KINDS: Mapping[str, StateKind] = MappingProxyType({
         StateKind("packed_sequence", ("packed_query",),
                   MappingProxyType({"packed_length": 256}), "packed_length", _packed_sequence),
         # RFA-Gate's gates σ(x_t·w + b), computed from the block input (Peng et al. 2021).
-        StateKind("gates", ("gates",), MappingProxyType({}), None, _gates),
+        StateKind("gates", ("gates",), MappingProxyType({}), None, _gates, per_key_head=True),
         # Memory-compressed attention's learned strided convolutions W_K, W_V (Liu et al.
         # 2018, §4.2.3); kernel_size is also the default stride.
         StateKind("memory_conv", ("key_conv", "value_conv"),
-                  MappingProxyType({"kernel_size": 3}), "kernel_size", _memory_conv),
+                  MappingProxyType({"kernel_size": 3}), "kernel_size", _memory_conv,
+                  per_key_head=True),
         # The linear-recurrent family's gates, computed from the block input by the layer
         # (spectral_jax.nn._recurrent_gates): GLA's low-rank per-dimension log-decay,
         # DeltaNet's β, Gated DeltaNet's decay and β, Mamba-2's Δ and A.
         StateKind("log_decay", ("g",), MappingProxyType(
-            {"gate_low_rank_dim": 16, "gate_logit_normalizer": 16.0}), None, _log_decay),
+            {"gate_low_rank_dim": 16, "gate_logit_normalizer": 16.0}), None, _log_decay,
+            per_key_head=True),
         StateKind("delta", ("beta",), MappingProxyType({"allow_neg_eigval": False}), None,
-                  _delta),
+                  _delta, per_key_head=True),
         StateKind("gated_delta", ("g", "beta"), MappingProxyType({"allow_neg_eigval": False}),
-                  None, _gated_delta),
-        StateKind("ssd", ("dt", "A"), MappingProxyType({}), None, _ssd),
+                  None, _gated_delta, per_key_head=True),
+        StateKind("ssd", ("dt", "A"), MappingProxyType({}), None, _ssd, per_key_head=True),
     )
 })

@@ -24,7 +24,7 @@ from spectral_jax.nn._attention_kwargs import (
     resolve_deterministic,
     split_attention_kwargs,
 )
-from spectral_jax.nn._recurrent_layer import RecurrentLayerParts, check_layer_options
+from spectral_jax.nn._recurrent_layer import RecurrentLayerParts, check_layer_options, convolve
 from spectral_jax.nn._rngs import stream as _stream
 from spectral_jax.nn._rope import apply_rope, check_positions, check_rope
 from spectral_jax.nn._state import STATE_MODULES, ConvSkip, redraw_state, uses_rng
@@ -160,7 +160,7 @@ class MultiHeadAttention(nnx.Module):
         kwargs, options = split_attention_kwargs(attention, dict(pairs))
         check_hashable("MultiHeadAttention", pairs)  # static module data: hashed under jit
         self.num_heads = num_heads
-        self.num_kv_heads = check_kv_heads(spec, num_heads, num_kv_heads, options)
+        self.num_kv_heads = check_kv_heads(num_heads, num_kv_heads, options)
         self.in_features = in_features
         self.in_kv_features = _checks.positive_int("MultiHeadAttention", "in_kv_features",
                                                    in_kv_features)
@@ -196,13 +196,16 @@ class MultiHeadAttention(nnx.Module):
         if spec.layer is not None and any(v is not None for v in check_layer_options(options)):
             self.layer_parts = RecurrentLayerParts(
                 *check_layer_options(options), in_features=in_features, num_heads=num_heads,
-                head_dim=self.head_dim, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+                num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, dtype=dtype,
+                param_dtype=param_dtype, rngs=rngs)
         self.state = nnx.data(None)
         if shared_state is not None:
             self.state = shared_state
         elif spec.state is not None:
+            per_key = _attention.STATE_KINDS[spec.state].per_key_head
             self.state = STATE_MODULES[spec.state](  # it reads the key/value inputs
-                options, in_features=in_kv_features, num_heads=num_heads, head_dim=self.head_dim,
+                options, in_features=in_kv_features, head_dim=self.head_dim,
+                num_heads=self.num_kv_heads if per_key else num_heads,
                 dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def redraw(self, rng: Array) -> None:
@@ -340,8 +343,8 @@ class MultiHeadAttention(nnx.Module):
         elif mask is not None:  # Flax's make_attention_mask defaults to float 1/0
             mask = _attention.as_bool_mask("MultiHeadAttention", mask)
         if self.layer_parts is not None:  # the paper layer's convolution, before positions
-            query, key, value = self._convolve(query, key, value, mask, valid if decode else None,
-                                               segment_ids)
+            query, key, value = convolve(self, query, key, value, mask,
+                                         valid if decode else None, segment_ids)
         if positions is None and segment_ids is not None:  # restarting per document
             positions = _attention.segment_positions(segment_ids)
         if self.rope:  # rotated before any method: it approximates attention of rotated q, k
@@ -384,16 +387,3 @@ class MultiHeadAttention(nnx.Module):
         if self.layer_parts is not None:
             x = self.layer_parts.finish(x, inputs_q)
         return (self.out(x), next_carry) if return_carry else self.out(x)
-
-    def _convolve(self, query: Array, key: Array, value: Array, mask: Array | None,
-                  valid: Array | None, segment_ids: Array | None) -> tuple[Array, Array, Array]:
-        """The short convolution: over the sequence, or (decoding, ``valid`` given) after the
-        cached inputs, which it updates."""
-        if valid is None:
-            return self.layer_parts.convolve(query, key, value, mask=mask,
-                                             segment_ids=segment_ids)
-        qkv, conv = self.layer_parts.convolve_decode(self.conv_state.get_value(), query, key,
-                                                     value, valid)
-        if conv is not None:
-            self.conv_state.set_value(conv)
-        return qkv

@@ -238,35 +238,29 @@ def check_segment_call(attention: str, segment_ids: Any, *, decode: bool,
             f"attention={attention!r} spans segment boundaries; build the layer without it.")
 
 
-def _layer_groups_heads(spec: _attention.AttentionSpec) -> bool:
-    """Whether the layer groups heads: its method's function has a grouped form (its state
-    is not the gates or memory convolution read per key head) and no recurrent layer
-    (whose convolution and gates are per head) surrounds it."""
-    return spec.state not in ("gates", "memory_conv") and spec.layer is None
+def check_kv_heads(num_heads: int, num_kv_heads: Any, options: Mapping[str, Any]) -> int:
+    """The layer's key/value head count: ``num_heads`` when None, else a divisor of it, with
+    no module option that needs the heads equal (every method's function groups heads).
 
-
-def check_kv_heads(spec: _attention.AttentionSpec, num_heads: int, num_kv_heads: Any,
-                   options: Mapping[str, Any]) -> int:
-    """The layer's key/value head count: ``num_heads`` when None, else a divisor of it for
-    a method whose function groups heads and a layer with no part that needs them equal."""
+    Raises:
+      spectral_jax.UsageError: not a positive divisor of ``num_heads``.
+      spectral_jax.UnsupportedError: grouped heads with ``symmetric`` (the key projection is
+        the query projection) or ``conv_kernel_size`` (a skip per query head on V).
+    """
     if num_kv_heads is None:
         return num_heads
     _checks.positive_int(_OWNER, "num_kv_heads", num_kv_heads)
     if num_heads % num_kv_heads:
         raise UsageError(f"{_OWNER}: `num_kv_heads` must divide num_heads={num_heads} "
                          f"(grouped-query attention); got {num_kv_heads}.")
-    parts = [name for name in ("symmetric", "conv_kernel_size", "short_conv_size",
-                               "output_gate") if options.get(name) not in (None, False)]
-    if num_kv_heads != num_heads and (not _layer_groups_heads(spec) or parts):
-        users = [n for n in _attention.available_attentions()
-                 if _layer_groups_heads(_attention.get_attention_spec(n))]
+    parts = [name for name in ("symmetric", "conv_kernel_size")
+             if options.get(name) not in (None, False)]
+    if num_kv_heads != num_heads and parts:
         raise UnsupportedError(
-            f"{_OWNER}: num_kv_heads={num_kv_heads} < num_heads={num_heads} with "
-            f"attention={spec.name!r}{f' and {parts}' if parts else ''} is not implemented; "
-            f"layers with grouped heads: attention in {users}, without symmetric or "
-            "conv_kernel_size.")
+            f"{_OWNER}: num_kv_heads={num_kv_heads} < num_heads={num_heads} with {parts} is "
+            "not implemented: those options need as many key/value heads as query heads; "
+            "every method takes grouped heads without them.")
     return num_kv_heads
-
 
 
 def resolve_deterministic(module: Any, deterministic: bool | None, sow_weights: bool) -> bool:

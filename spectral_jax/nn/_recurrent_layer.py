@@ -44,6 +44,26 @@ def check_layer_options(options: dict[str, Any]) -> tuple[int | None, str | None
     return size, gate
 
 
+def _split(x: Array, query: Array, key: Array) -> tuple[Array, Array, Array]:
+    """``(..., H + 2·H_kv, d)`` back into q, k, v by their head counts."""
+    h, hk = query.shape[-2], key.shape[-2]
+    return x[..., :h, :], x[..., h:h + hk, :], x[..., h + hk:, :]
+
+
+def convolve(layer: Any, query: Array, key: Array, value: Array, mask: Array | None,
+             valid: Array | None, segment_ids: Array | None) -> tuple[Array, Array, Array]:
+    """``layer.layer_parts``' short convolution: over the sequence, or (decoding, ``valid``
+    given) after the inputs cached in ``layer.conv_state``, which it updates."""
+    if valid is None:
+        return layer.layer_parts.convolve(query, key, value, mask=mask,
+                                           segment_ids=segment_ids)
+    qkv, conv = layer.layer_parts.convolve_decode(layer.conv_state.get_value(), query, key,
+                                                  value, valid)
+    if conv is not None:
+        layer.conv_state.set_value(conv)
+    return qkv
+
+
 class RecurrentLayerParts(nnx.Module):
     """The short convolutions and the output norm and gate of one recurrent layer.
 
@@ -58,11 +78,14 @@ class RecurrentLayerParts(nnx.Module):
     """
 
     def __init__(self, short_conv_size: int | None, output_gate: str | None, *,
-                 in_features: int, num_heads: int, head_dim: int, dtype: Any = None,
+                 in_features: int, num_heads: int, head_dim: int,
+                 num_kv_heads: int | None = None, dtype: Any = None,
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> None:
         self.size = short_conv_size
         self.gate_kind = output_gate
-        channels = 3 * num_heads * head_dim
+        # One filter per channel of q (H heads), k and v (H_kv heads each).
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        channels = (num_heads + 2 * num_kv_heads) * head_dim
         self.kernel = nnx.data(None)
         if short_conv_size is not None:
             # PyTorch's Conv1d init (uniform, fan_in = the kernel size), as fla and Mamba-2.
@@ -101,12 +124,11 @@ class RecurrentLayerParts(nnx.Module):
                               constant_values=-1)[..., :n]
                 shifted = jnp.where((ids == segment_ids)[..., None], shifted, 0.0)
             out = out + w[taps - 1 - lag] * shifted
-        out = jax.nn.silu(out).reshape(shape)
-        h = query.shape[-2]
-        return out[..., :h, :], out[..., h:2 * h, :], out[..., 2 * h:, :]
+        return _split(jax.nn.silu(out).reshape(shape), query, key)
 
     def init_cache(self, batch: tuple[int, ...], dtype: Any) -> Array | None:
-        """The empty convolution cache ``(batch..., short_conv_size − 1, 3·H·d)``, or None."""
+        """The empty convolution cache ``(batch..., short_conv_size − 1, (H + 2·H_kv)·d)``,
+        or None."""
         if self.kernel is None:
             return None
         return jnp.zeros((*batch, self.size - 1, self.kernel.shape[1]), dtype)
@@ -132,9 +154,7 @@ class RecurrentLayerParts(nnx.Module):
 
         cache, ys = jax.lax.scan(step, cache, (jnp.moveaxis(x, axis, 0),
                                                jnp.moveaxis(valid, -1, 0)))
-        out = jnp.moveaxis(ys, 0, axis).reshape(shape)
-        h = query.shape[-2]
-        return (out[..., :h, :], out[..., h:2 * h, :], out[..., 2 * h:, :]), cache
+        return _split(jnp.moveaxis(ys, 0, axis).reshape(shape), query, key), cache
 
     def finish(self, out: Array, inputs: Array) -> Array:
         """The output ``(batch..., n, H, d)`` normalised per head (RMSNorm, float32) and,
