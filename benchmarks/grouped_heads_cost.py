@@ -7,7 +7,10 @@ head) and with those heads repeated to ``--heads`` (the same output, every head 
 The ratio grouped / repeated of XLA's cost analysis (FLOP) and memory analysis (bytes) needs
 no run and no quiet machine. A ratio near 1 says the method's work is mostly per query
 (softmax, whose logits are per query head); the part computed from keys alone (landmarks,
-features, projections, states) is what falls by ``--groups``.
+features, projections, states) is what falls by ``--groups``. That part alone is the
+"key side" column: the same ratio for one query against the ``--length`` keys, where the
+per-query work is 1/``--length`` of the whole (blank where a method needs as many queries as
+keys: spectral shifting, the causal-only ones).
 
 A second table does the same for one decoding step (``decode_step`` after a prompt of
 ``--length`` tokens, cache of ``--cache-length``) of every decode form with grouped heads:
@@ -33,13 +36,14 @@ import sys
 import jax
 import jax.numpy as jnp
 
+from spectral_jax import UnsupportedError, UsageError
 from spectral_jax.attention import ATTENTIONS, DECODE_FORMS, decode_step, prefill
 from spectral_jax.lra.compiled import collectives, compiled_cost, peak_bytes
 from spectral_jax.parallel import sequence_parallel
 
 # The recurrent family's grouped form keeps a state per value head (its own semantics, not
-# repeated keys); gated linear and memory-compressed attention have no grouped form.
-SKIP = ("gated_linear", "memory_compressed")
+# repeated keys).
+SKIP = ()
 
 
 def _step(state, q, k, v, *, kwargs):
@@ -70,8 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     q = jax.random.normal(ks[0], (1, n, h, d))
     k, v = (jax.random.normal(kk, (1, n, kv_heads, d)) for kk in ks[1:])
     rep = functools.partial(jnp.repeat, repeats=args.groups, axis=-2)
-    rows = ["| method | GFLOP grouped | GFLOP repeated | ratio | memory ratio |",
-            "| --- | ---: | ---: | ---: | ---: |"]
+    rows = ["| method | GFLOP grouped | GFLOP repeated | ratio | memory ratio | key side |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, spec in ATTENTIONS.items():
         if name in SKIP or ".recurrent." in spec.fn.__module__:
             continue
@@ -81,7 +85,15 @@ def main(argv: list[str] | None = None) -> None:
         repeated = _compiled(fn, q, rep(k), rep(v))
         fg, fr = compiled_cost(grouped)[0], compiled_cost(repeated)[0]
         mg, mr = peak_bytes(grouped), peak_bytes(repeated)
-        rows.append(f"| `{name}` | {fg:.3f} | {fr:.3f} | {fg / fr:.2f} | {mg / mr:.2f} |")
+        key_side = ""
+        try:  # one query: what remains is the work on the keys
+            one = [compiled_cost(_compiled(fn, q[:, :1], kk, vv))[0]
+                   for kk, vv in ((k, v), (rep(k), rep(v)))]
+            key_side = f"{one[0] / one[1]:.3f}"
+        except (UsageError, UnsupportedError):  # a method that needs q_len == kv_len
+            pass
+        rows.append(f"| `{name}` | {fg:.3f} | {fr:.3f} | {fg / fr:.2f} | {mg / mr:.2f} | "
+                    f"{key_side} |")
         print(rows[-1], flush=True)
     rows += ["", f"Decoding: one step after a {n}-token prompt, cache of {args.cache_length}.",
              "", "| method | state MiB grouped | state MiB repeated | state ratio "

@@ -59,14 +59,15 @@ def linformer_attention(
 
     Args:
       query: float ``(batch..., q_len, heads, head_dim)``.
-      key: float ``(batch..., kv_len, heads, head_dim)``.
-      value: float ``(batch..., kv_len, heads, v_head_dim)``.
+      key: float ``(batch..., kv_len, kv_heads, head_dim)``, ``kv_heads`` dividing
+        ``heads`` (grouped-query attention: E·K and F·V made once per key/value head).
+      value: float ``(batch..., kv_len, kv_heads, v_head_dim)``.
       bias: must be None.
       mask: optional bool padding mask broadcastable to ``(batch, heads, q_len, kv_len)``.
       scale: logit scale, default ``1/sqrt(head_dim)``.
       is_causal: must be False.
       key_projection: E, float ``(proj_len, max_length)`` shared by heads, or
-        ``(heads, proj_len, max_length)`` per head. Required.
+        ``(kv_heads, proj_len, max_length)`` per key/value head. Required.
       value_projection: F, same shape as E; None shares E (Linformer's key-value sharing).
       query_seq_lengths, key_value_seq_lengths: optional int ``(batch...,)``: how many
         leading queries / keys of each example are valid (O(n) right padding, as in
@@ -100,7 +101,7 @@ def linformer_attention(
     """
     method = "linformer_attention"
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask)
-    heads, kv_len = query.shape[-2], key.shape[-3]
+    heads, kv_len = key.shape[-2], key.shape[-3]  # projections act on the key/value heads
     if value_projection is None:
         value_projection = key_projection
     for name, p in (("key_projection", key_projection), ("value_projection", value_projection)):
@@ -125,8 +126,9 @@ def linformer_attention(
     b = p.query_valid.shape[0]
     per_head = lambda e: jnp.broadcast_to(e, (b, heads, *e.shape[-2:]))  # noqa: E731
     head = functools.partial(_linformer_head, scale=p.scale)
+    # With grouped heads E·K and F·V are made once per key/value head for its query group.
     return _common.lift(
-        head, query, key, value, p.query_valid, p.key_valid, per_head(key_projection),
-        per_head(value_projection), method=method, head_chunk_size=head_chunk_size,
-        mask_ok=p.mask_ok,
+        head, query, key, value, p.query_valid, p.key_valid,
+        key_args=(per_head(key_projection), per_head(value_projection)), method=method,
+        head_chunk_size=head_chunk_size, mask_ok=p.mask_ok,
     ).astype(query.dtype)
