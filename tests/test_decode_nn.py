@@ -55,7 +55,7 @@ def test_token_by_token_decode_equals_the_causal_layer(name):
     steps = [_step(layer, x[:, t:t + 1], ones) for t in range(x.shape[1])]
     _close(jnp.concatenate(steps, axis=1), full)
     assert int(layer.cache_index[...]) == x.shape[1]
-    np.testing.assert_array_equal(layer.decode_state.get_value().position, x.shape[1])
+    np.testing.assert_array_equal(layer.decode_state.position, x.shape[1])
 
 
 @pytest.mark.parametrize("name", ["softmax", "gated_linear", "local"])
@@ -69,7 +69,7 @@ def test_left_padded_prompts_decode_each_example_from_its_own_start(name):
     prompt = _step(layer, x[:, :6], valid[:, :6])
     steps = [_step(layer, x[:, t:t + 1], valid[:, t]) for t in range(6, N)]
     decoded = jnp.concatenate([prompt, *steps], axis=1)
-    np.testing.assert_array_equal(layer.decode_state.get_value().position, N - pad)
+    np.testing.assert_array_equal(layer.decode_state.position, N - pad)
     for b in range(B):
         alone = _full(layer, x[b:b + 1, pad[b]:])[0]  # its own tokens, positions from 0
         _close(decoded[b, pad[b]:], alone)
@@ -114,6 +114,6 @@ def test_under_jit_a_token_past_the_cache_turns_the_outputs_nan():
     only_first = jnp.array([True, False])
     out = _step(layer, x[:, 2:3], only_first)
     assert bool(jnp.isnan(out[0]).all()) and bool(jnp.isfinite(out[1]).all())
-    state = layer.decode_state.get_value()
+    state = layer.decode_state
     np.testing.assert_array_equal(state.ok, [False, True])
     np.testing.assert_array_equal(state.position, [2, 2])  # the refused token is not written

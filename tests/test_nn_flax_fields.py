@@ -113,3 +113,39 @@ def test_linen_takes_segment_ids_like_nnx():
     packed = ours.apply(variables, X, segment_ids=ids)
     alone = ours.apply(variables, X[:, 3:6])
     chex.assert_trees_all_close(packed[:, 3:6], alone, atol=1e-5)
+
+
+def _doubled_dot(*args, **kwargs):
+    return 2.0 * jax.lax.dot_general(*args, **kwargs)
+
+
+def test_flax_s_pass_through_fields_reach_the_projections_as_in_flax():
+    fields = dict(qkv_dot_general=_doubled_dot, out_dot_general=_doubled_dot,
+                  kernel_metadata={"tag": "qkv"}, out_kernel_metadata={"tag": "out"},
+                  bias_metadata={"tag": "bias"}, query_ln_scale_metadata={"tag": "q_ln"},
+                  normalize_qk=True)
+    ours = MultiHeadAttention(2, 8, attention="softmax", rngs=nnx.Rngs(0), **fields)
+    flax_layer = nnx.MultiHeadAttention(2, 8, decode=False, rngs=nnx.Rngs(1), **fields)
+    nnx.update(flax_layer, nnx.state(ours, nnx.Param))
+    chex.assert_trees_all_close(ours(X), flax_layer(X), atol=1e-6)
+    plain = MultiHeadAttention(2, 8, attention="softmax", rngs=nnx.Rngs(0), normalize_qk=True)
+    nnx.update(plain, nnx.state(ours, nnx.Param))
+    assert float(jnp.abs(ours(X) - plain(X)).max()) > 0.1  # the doubled products are used
+    for layer in (ours, flax_layer):
+        assert layer.query.kernel.get_metadata()["tag"] == "qkv"
+        assert layer.out.kernel.get_metadata()["tag"] == "out"
+        assert layer.out.bias.get_metadata()["tag"] == "bias"
+        assert layer.query_ln.scale.get_metadata()["tag"] == "q_ln"
+    with pytest.raises(UsageError, match=r"unknown keyword argument\(s\) \['qkv_dot'\]"):
+        MultiHeadAttention(2, 8, attention="softmax", rngs=nnx.Rngs(0), qkv_dot=_doubled_dot)
+
+
+def test_linen_dot_general_fields_equal_flax_linen_s():
+    ours = sj_linen.MultiHeadAttention(2, 8, attention="softmax", qkv_dot_general=_doubled_dot,
+                                       out_dot_general=_doubled_dot)
+    theirs = nn.MultiHeadDotProductAttention(2, qkv_features=8, out_features=8,
+                                             qkv_dot_general=_doubled_dot,
+                                             out_dot_general=_doubled_dot)
+    variables = ours.init(jax.random.key(0), X)
+    chex.assert_trees_all_close(ours.apply(variables, X), theirs.apply(variables, X),
+                                atol=1e-6)

@@ -86,7 +86,7 @@ def test_grouped_decoding_keeps_the_key_value_heads_and_equals_the_causal_run(na
     sizes = []
     for layer in (grouped, full):
         layer.init_cache((2, N, E))
-        sizes.append(layer.decode_state.get_value().nbytes)
+        sizes.append(layer.decode_state.nbytes)
     assert sizes[0] * (H // HKV) == sizes[1]
     step = nnx.jit(lambda m, t: m(t, decode=True))
     out = jnp.concatenate([step(grouped, x[:, t:t + 1]) for t in range(N)], axis=1)

@@ -20,6 +20,8 @@ Pure attention functions need no wrapper: pass them as
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -133,6 +135,15 @@ class DualEncoderClassifier(nn.Module):
         return model(inputs, mask, deterministic=deterministic)
 
 
+def _with_cache(input_shape: tuple[int, ...], cache_dtype: Any, *args: Any,
+                **kwargs: Any) -> _nnx_models.MultiHeadAttention:
+    """The NNX module with an empty cache for ``input_shape`` (the bridge keeps the state a
+    module has when built, not what a call adds at ``init``)."""
+    module = _nnx_models.MultiHeadAttention(*args, **kwargs)
+    module.init_cache(input_shape, cache_dtype)
+    return module
+
+
 class MultiHeadAttention(nn.Module):
     """Linen :class:`spectral_jax.nn.MultiHeadAttention` (self- or cross-attention).
 
@@ -162,6 +173,14 @@ class MultiHeadAttention(nn.Module):
         in_kv_features, precision, bias_init, out_kernel_init, out_bias_init, normalize_qk:
           as in Flax's attention modules (``query_ln`` / ``key_ln`` with ``normalize_qk``).
         rope: rotary positions on queries and keys, as the NNX module's ``rope``.
+        qkv_dot_general, out_dot_general, qkv_dot_general_cls, out_dot_general_cls: as in
+          Flax's Linen module: the projections' ``dot_general`` (e.g. a quantised one).
+        decode: autoregressive decoding as in Flax's Linen module: ``init`` with inputs
+          ``(batch..., max_length, in_features)`` creates the ``"cache"`` collection (the
+          NNX module's cache variables, Flax's ``cached_key``/``cached_value``/
+          ``cache_index`` among them) and returns the causal run; each
+          ``apply(..., mutable=["cache"])`` then feeds the next token(s) (needs
+          ``is_causal=True``; ``valid`` marks padding tokens).
 
     The variables sit at this module's level with the names and shapes of
     ``flax.linen.MultiHeadDotProductAttention``'s (``query``, ``key``, ``value``, ``out``,
@@ -205,6 +224,11 @@ class MultiHeadAttention(nn.Module):
     out_bias_init: Callable[..., Array] | None = None
     normalize_qk: bool = False
     rope: bool = False
+    decode: bool = False
+    qkv_dot_general: Any = None
+    out_dot_general: Any = None
+    qkv_dot_general_cls: Any = None
+    out_dot_general_cls: Any = None
 
     def __post_init__(self) -> None:
         # The one stored form (hashable: Linen hashes modules by their fields).
@@ -225,9 +249,10 @@ class MultiHeadAttention(nn.Module):
         inputs_v: Array | None = None,
         segment_ids: Array | None = None,
         positions: Array | None = None,
+        valid: Array | None = None,
     ) -> Array | tuple[Array, Array | None]:
         """Same arguments, result and errors as the NNX ``MultiHeadAttention.__call__``
-        (decoding, ``rngs`` and ``sow_weights`` excepted).
+        (``rngs`` and ``sow_weights`` excepted; decoding by the ``decode`` field).
 
         Raises spectral_jax.UsageError when ``deterministic=False`` needs a ``"dropout"``
         rng not given.
@@ -235,8 +260,12 @@ class MultiHeadAttention(nn.Module):
         if deterministic is None:
             deterministic = self.deterministic
         _require_rngs(self, deterministic, self.dropout_rate > 0, self.attention)
+        build = _nnx_models.MultiHeadAttention
+        initializing_cache = self.decode and self.is_initializing()
+        if initializing_cache:  # Flax's rule: init builds the cache, runs the full input
+            build = functools.partial(_with_cache, inputs_q.shape, self.dtype or inputs_q.dtype)
         layer = nnx.bridge.to_linen(
-            _nnx_models.MultiHeadAttention,
+            build,
             self.num_heads,
             self.in_features,
             attention=self.attention,
@@ -258,11 +287,20 @@ class MultiHeadAttention(nn.Module):
             out_bias_init=self.out_bias_init,
             normalize_qk=self.normalize_qk,
             rope=self.rope,
+            decode=self.decode,
+            qkv_dot_general=self.qkv_dot_general,
+            out_dot_general=self.out_dot_general,
+            qkv_dot_general_cls=self.qkv_dot_general_cls,
+            out_dot_general_cls=self.out_dot_general_cls,
             name="attention",
         )
         # The NNX module's variables at this module's own level, as Flax's
         # MultiHeadDotProductAttention holds them (query, key, value, out).
         nn.share_scope(self, layer)
-        return layer(inputs_q, inputs_kv, inputs_v, mask=mask, deterministic=deterministic,
-                     carry=carry, return_carry=return_carry, segment_ids=segment_ids,
-                     positions=positions)
+        kwargs = dict(mask=mask, deterministic=deterministic, carry=carry,
+                      return_carry=return_carry, segment_ids=segment_ids, positions=positions)
+        if not self.decode or initializing_cache:
+            return layer(inputs_q, inputs_kv, inputs_v, **kwargs, decode=False)
+        with warnings.catch_warnings():  # the bridge's fresh module meets its cache here
+            warnings.filterwarnings("ignore", "Found unknown module paths")
+            return layer(inputs_q, inputs_kv, inputs_v, **kwargs, valid=valid)

@@ -24,9 +24,10 @@ from spectral_jax.nn._attention_kwargs import (
     resolve_deterministic,
     split_attention_kwargs,
 )
-from spectral_jax.nn._recurrent_layer import RecurrentLayerParts, check_layer_options, convolve
+from spectral_jax.nn._layer_inputs import core_inputs
+from spectral_jax.nn._recurrent_layer import RecurrentLayerParts, check_layer_options
 from spectral_jax.nn._rngs import stream as _stream
-from spectral_jax.nn._rope import apply_rope, check_positions, check_rope
+from spectral_jax.nn._rope import check_positions, check_rope
 from spectral_jax.nn._state import STATE_MODULES, ConvSkip, redraw_state, uses_rng
 from spectral_jax.nn._symmetric import check_symmetric
 from spectral_jax.parallel import attention_function
@@ -99,9 +100,14 @@ class MultiHeadAttention(nnx.Module):
         precision, bias_init, out_kernel_init, out_bias_init, normalize_qk: as in Flax's
           module (:mod:`spectral_jax.nn._projections`); ``precision`` is the projections'.
         keep_rngs: False: no dropout stream is kept; pass ``rngs`` to the call.
+        **flax_fields: Flax's projection and norm fields, as Flax passes them:
+          ``qkv_/out_/ln_promote_dtype``, ``qkv_/out_dot_general(_cls)``,
+          ``(out_)kernel_metadata``, ``(out_)bias_metadata``,
+          ``query_ln/key_ln_scale_metadata`` (:data:`~spectral_jax.nn._projections.FLAX_FIELDS`).
 
     Raises:
         spectral_jax.UsageError: unknown attention name (the message lists the known ones);
+          an unknown keyword argument;
           ``num_heads`` not dividing ``qkv_features``; an unknown key in ``attention_kwargs``
           or a module option the method does not take; a bad option value; ``dropout_rate`` > 0
           for a method without attention weights; ``sharing="layerwise"`` without
@@ -149,6 +155,7 @@ class MultiHeadAttention(nnx.Module):
         normalize_qk: bool = False,
         keep_rngs: bool = True,
         rngs: nnx.Rngs,
+        **flax_fields: Any,
     ) -> None:
         in_kv_features = in_features if in_kv_features is None else in_kv_features
         qkv_features = in_features if qkv_features is None else qkv_features
@@ -184,7 +191,8 @@ class MultiHeadAttention(nnx.Module):
             out_features=out_features, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
             precision=precision, kernel_init=kernel_init, bias_init=bias_init,
             out_kernel_init=out_kernel_init, out_bias_init=out_bias_init,
-            normalize_qk=normalize_qk, rngs=rngs)
+            normalize_qk=normalize_qk, rngs=rngs,
+            fields=_projections.check_fields("MultiHeadAttention", flax_fields))
         self.dropout_rng = (_stream(rngs, "dropout", "params").fork()
                             if dropout_rate and keep_rngs else None)
 
@@ -232,10 +240,13 @@ class MultiHeadAttention(nnx.Module):
     def init_cache(self, input_shape: tuple[int, ...], dtype: Any = jnp.float32) -> None:
         """Creates the decoding cache for inputs ``(batch..., max_length, in_features)``.
 
-        The cache (``nnx.Cache`` variables ``decode_state`` and ``cache_index``) holds the
-        method's :class:`~spectral_jax.attention.DecodeState` (its registry ``decode`` form:
-        a key/value cache, a ring buffer, running sums or memory slots). Calling it again
-        empties the cache.
+        The cache holds the method's :class:`~spectral_jax.attention.DecodeState` (its
+        registry ``decode`` form: a key/value cache, a ring buffer, running sums or memory
+        slots; :attr:`decode_state`) as ``nnx.Cache`` variables named as Flax names them:
+        ``cached_key``, ``cached_value`` (layout ``(batch..., num_kv_heads, max_length,
+        head_dim)``: each step reads a head's rows contiguously), ``cached_<name>`` for
+        the form's other arrays, and ``cache_index`` (:mod:`spectral_jax.nn._decode`).
+        Calling it again empties the cache.
 
         Args:
             input_shape: ``(batch..., max_length, in_features)``.
@@ -253,15 +264,21 @@ class MultiHeadAttention(nnx.Module):
             >>> layer = MultiHeadAttention(2, 8, attention="linear", is_causal=True,
             ...                            decode=True, rngs=nnx.Rngs(0))
             >>> layer.init_cache((3, 100, 8))
-            >>> layer(jnp.ones((3, 1, 8))).shape, layer.decode_state.get_value().nbytes
+            >>> layer(jnp.ones((3, 1, 8))).shape, layer.decode_state.nbytes
             ((3, 1, 8), 480)
         """
         _decode.check_decode(self.attention, self.is_causal)
-        self.decode_state = nnx.Cache(_decode.init_state(self, input_shape, dtype))
+        _decode.store(self, _decode.init_state(self, input_shape, dtype))
         self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
         if self.layer_parts is not None:  # the short convolution's last inputs
             self.conv_state = nnx.Cache(self.layer_parts.init_cache(tuple(input_shape[:-2]),
                                                                     dtype))
+
+    @property
+    def decode_state(self) -> _attention.DecodeState:
+        """The cache as a :class:`~spectral_jax.attention.DecodeState` (after
+        :meth:`init_cache`)."""
+        return _decode.load(self)
 
     def __call__(
         self,
@@ -334,22 +351,9 @@ class MultiHeadAttention(nnx.Module):
         check_segment_call(self.attention, segment_ids, decode=decode,
                            conv_skip=self.conv_skip is not None)
         inputs_kv = inputs_q if inputs_kv is None else inputs_kv
-        query, key, value = _projections.project(
-            self, inputs_q, inputs_kv, inputs_kv if inputs_v is None else inputs_v)
-        if decode:
-            state, valid = _decode.decode_inputs(self, query, inputs_kv is not inputs_q,
-                                                 mask, deterministic, valid)
-            positions = _decode.positions(state, valid) if positions is None else positions
-        elif mask is not None:  # Flax's make_attention_mask defaults to float 1/0
-            mask = _attention.as_bool_mask("MultiHeadAttention", mask)
-        if self.layer_parts is not None:  # the paper layer's convolution, before positions
-            query, key, value = convolve(self, query, key, value, mask,
-                                         valid if decode else None, segment_ids)
-        if positions is None and segment_ids is not None:  # restarting per document
-            positions = _attention.segment_positions(segment_ids)
-        if self.rope:  # rotated before any method: it approximates attention of rotated q, k
-            query = apply_rope(query, positions)
-            key = apply_rope(key, positions if key.shape[-3] == query.shape[-3] else None)
+        query, key, value, mask, state, valid = core_inputs(
+            self, inputs_q, inputs_kv, inputs_v, mask=mask, positions=positions, decode=decode,
+            deterministic=deterministic, valid=valid, segment_ids=segment_ids)
         if decode:
             x = _decode.decode_call(self, state, inputs_q, query, key, value, valid)
             x = x if self.layer_parts is None else self.layer_parts.finish(x, inputs_q)

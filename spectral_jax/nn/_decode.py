@@ -2,8 +2,13 @@
 
 As in ``flax.nnx.MultiHeadAttention``: ``decode=True`` on the module (or per call),
 ``init_cache(input_shape, dtype)`` first, then each call takes the next token(s). The cache
-is one ``nnx.Cache`` holding the method's :class:`~spectral_jax.attention.DecodeState`
-(``decode_state``) plus ``cache_index``, the number of tokens fed so far, as Flax keeps it.
+is the method's :class:`~spectral_jax.attention.DecodeState` as ``nnx.Cache`` variables
+named as Flax names them: ``cached_key`` and ``cached_value`` for stored keys and values,
+``cached_<name>`` for the decode form's other arrays (``cached_state``, ``cached_norm``,
+``cached_memory_key``, ...), ``cache_index`` (tokens fed so far, Flax's counter), and the
+per-example ``cache_position`` and ``cache_ok``; ``cache_max_length`` is an empty
+``(max_length, 0)`` array whose shape keeps the state's length under jit and through
+Linen's variable collections.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from spectral_jax import UnsupportedError, UsageError
 from spectral_jax import attention as _attention
@@ -44,6 +50,45 @@ def init_state(layer: Any, input_shape: tuple[int, ...], dtype: Any) -> Any:
     return _attention.init_decode_state(
         layer.attention, batch_shape=batch, max_length=max_length, num_heads=layer.num_kv_heads,
         head_dim=layer.head_dim, dtype=dtype, **kwargs)
+
+
+def cache_name(array: str) -> str:
+    """The ``nnx.Cache`` attribute that holds a decode state's array ``array`` (Flax's
+    ``cached_key`` and ``cached_value`` for the stored keys and values)."""
+    return f"cached_{array}"
+
+
+def get_cache(layer: Any, name: str) -> Any:
+    """The value of the layer's cache variable ``name`` (a Linen bridge may hand it back as
+    a plain array)."""
+    value = getattr(layer, name)
+    return value.get_value() if isinstance(value, nnx.Variable) else value
+
+
+def set_cache(layer: Any, **values: Any) -> None:
+    """Sets the layer's cache variables, creating those it lacks as ``nnx.Cache``."""
+    for name, value in values.items():
+        current = getattr(layer, name, None)
+        if isinstance(current, nnx.Cache):
+            current.set_value(value)
+        else:  # explicitly data: a bridge may have left the name as a plain attribute
+            setattr(layer, name, nnx.data(nnx.Cache(value)))
+
+
+def store(layer: Any, state: Any) -> None:
+    """Writes ``state`` into the layer's cache variables."""
+    set_cache(layer, **{cache_name(n): a for n, a in state.arrays.items()},
+              cache_position=state.position, cache_ok=state.ok,
+              cache_max_length=jnp.zeros((state.max_length, 0), jnp.int8))
+
+
+def load(layer: Any) -> Any:
+    """The layer's :class:`DecodeState`, from its cache variables."""
+    arrays = {n.removeprefix("cached_"): get_cache(layer, n) for n in sorted(vars(layer))
+              if n.startswith("cached_")}
+    return _attention.DecodeState(
+        layer.attention, get_cache(layer, "cache_max_length").shape[0],
+        get_cache(layer, "cache_position"), get_cache(layer, "cache_ok"), arrays)
 
 
 def state_kwargs(layer: Any, inputs: Array) -> dict[str, Any]:
@@ -101,7 +146,7 @@ def decode_tokens(state: Any, query: Array, key: Array, value: Array, valid: Arr
 def decode_inputs(layer: Any, query: Array, cross: bool, mask: Array | None,
                   deterministic: bool, valid: Array | None) -> tuple[Any, Array]:
     """The layer's cached state and the tokens' validity ``(batch..., q_len)``, checked."""
-    if not hasattr(layer, "decode_state"):
+    if not hasattr(layer, "cache_index"):
         raise UsageError("MultiHeadAttention(decode=True): call init_cache(input_shape, "
                          "dtype) before decoding.")
     if cross or mask is not None:
@@ -112,7 +157,7 @@ def decode_inputs(layer: Any, query: Array, cross: bool, mask: Array | None,
         raise UnsupportedError(
             f"MultiHeadAttention(decode=True): weight dropout (dropout_rate="
             f"{layer.dropout_rate}) is for training; decode with deterministic=True.")
-    state = layer.decode_state.get_value()
+    state = load(layer)
     batch = query.shape[:-3]
     if batch != state.position.shape:
         raise UsageError(
@@ -126,6 +171,6 @@ def decode_call(layer: Any, state: Any, inputs: Array, query: Array, key: Array,
     """Feeds the call's tokens through the layer's cache; the attention output, before the
     output projection."""
     x, state = decode_tokens(state, query, key, value, valid, state_kwargs(layer, inputs))
-    layer.decode_state.set_value(state)
-    layer.cache_index.set_value(layer.cache_index.get_value() + query.shape[-3])
+    store(layer, state)
+    set_cache(layer, cache_index=get_cache(layer, "cache_index") + query.shape[-3])
     return x

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spectral_jax import _checks
+from spectral_jax.nn import _decode
 
 Array = jax.Array
 
@@ -57,10 +58,10 @@ def convolve(layer: Any, query: Array, key: Array, value: Array, mask: Array | N
     if valid is None:
         return layer.layer_parts.convolve(query, key, value, mask=mask,
                                            segment_ids=segment_ids)
-    qkv, conv = layer.layer_parts.convolve_decode(layer.conv_state.get_value(), query, key,
-                                                  value, valid)
+    qkv, conv = layer.layer_parts.convolve_decode(_decode.get_cache(layer, "conv_state"),
+                                                  query, key, value, valid)
     if conv is not None:
-        layer.conv_state.set_value(conv)
+        _decode.set_cache(layer, conv_state=conv)
     return qkv
 
 
