@@ -48,6 +48,44 @@ def test_grouped_heads_equal_repeated_keys_and_values(name, heads, kv_heads):
                                    err_msg=str(sorted(kw)))
 
 
+GROUPED_VALUES = tuple(n for n, s in ATTENTIONS.items() if s.grouped_values)
+
+
+def test_the_methods_with_grouped_values():
+    assert GROUPED_VALUES == ("linear", "performer", "gated_linear", "gla", "retnet", "mamba2",
+                              "deltanet", "gated_deltanet")
+
+
+@pytest.mark.parametrize("name", GROUPED_VALUES)
+def test_grouped_values_equal_queries_and_keys_repeated(name):
+    # Value head j reads key (and query) head j // G: as if q and k were repeated to H_v.
+    ks = jax.random.split(jax.random.key(3), 3)
+    q, k = (jax.random.normal(x, (B, N, 2, D)) for x in ks[:2])
+    v = jax.random.normal(ks[2], (B, N, 6, D))
+    repeat = functools.partial(jnp.repeat, repeats=3, axis=-2)
+    lengths = jnp.array([N, 11])
+    fn = jax.jit(_fn(name), static_argnames=("is_causal",))
+    calls = [{"is_causal": True, "key_value_seq_lengths": lengths, "query_seq_lengths": lengths}]
+    if any(arg == "segment_ids" for arg, _, _ in ATTENTIONS[name].token_arrays):
+        calls.append({"is_causal": True,
+                      "segment_ids": jnp.repeat(jnp.arange(4), 4)[None].repeat(B, 0)})
+    if not ATTENTIONS[name].causal_only:
+        calls.append({"key_value_seq_lengths": lengths})
+    for kw in calls:
+        got = fn(q, k, v, **kw)
+        assert got.shape == (B, N, 6, D)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(fn(repeat(q), repeat(k), v, **kw)),
+                                   atol=2e-6, err_msg=str(sorted(kw)))
+
+
+@pytest.mark.parametrize("name", ("linear", "performer", "gated_linear"))
+def test_grouped_values_with_other_query_heads_are_refused(name):
+    q, k, v = _qkv(4, 2)
+    with pytest.raises(UsageError, match=r"grouped values \(value heads 4, a multiple of the "
+                                         r"key heads 2\) need as many query heads"):
+        _fn(name)(q, k, jnp.concatenate([v, v], -2), is_causal=True)
+
+
 def test_grouped_softmax_is_jax_nns():
     q, k, v = _qkv(6, 2, seed=1)
     np.testing.assert_allclose(np.asarray(softmax_attention(q, k, v, is_causal=True)),

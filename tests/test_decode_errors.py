@@ -50,7 +50,7 @@ def test_a_step_must_match_the_state_shape_and_its_window():
     _, state = prefill("local", q, k, v, max_length=8, window=2)
     q1, k1, v1 = (x[:, :1] for x in (q, k, v))
     with pytest.raises(UsageError, match=r"built for batch \(2,\) and 2 key/value heads; got "
-                                         r"key of shape \(1, 1, 2, 4\)"):
+                                         r"value of shape \(1, 1, 2, 4\)"):
         decode_step(state, q1[:1], k1[:1], v1[:1], window=2)
     with pytest.raises(UsageError, match="one token per step"):
         decode_step(state, q, k, v, window=2)

@@ -100,7 +100,41 @@ def test_a_step_with_other_key_heads_than_the_state_is_refused():
                               head_dim=D)
     x = jnp.ones((B, 1, HQ, D))
     with pytest.raises(UsageError, match=r"built for batch \(2,\) and 2 key/value heads; got "
-                                         r"key of shape \(2, 1, 6, 4\)"):
+                                         r"value of shape \(2, 1, 6, 4\)"):
         decode_step(state, x, x, x)
     with pytest.raises(UsageError, match=r"multiple of the key/value heads"):
         decode_step(state, jnp.ones((B, 1, 3, D)), x[..., :HKV, :], x[..., :HKV, :])
+
+
+@pytest.mark.parametrize("name", [n for n in decode_methods() if ATTENTIONS[n].grouped_values])
+def test_grouped_values_decode_like_the_causal_run(name):
+    # Two value heads per key head: the state keeps a key head's sums for both (the linear
+    # forms side by side) or one state per value head (the recurrent family).
+    ks = jax.random.split(jax.random.key(4), 3)
+    q, k = (jax.random.normal(x, (B, T, HKV, D)) for x in ks[:2])
+    v = jax.random.normal(ks[2], (B, T, 2 * HKV, D))
+    spec = ATTENTIONS[name]
+    kwargs = spec.call_kwargs(jax.random.key(5), budget=spec.test_budget, length=T, head_dim=D)
+    kwargs.update(EXTRA.get(name, {}))
+    heads = HKV if name == "gated_linear" else 2 * HKV  # gates per key head / state head
+    tokens = {}
+    for arg, axis, batched in spec.token_arrays:
+        if batched and arg in kwargs:
+            x = kwargs.pop(arg)
+            tokens[arg] = jnp.broadcast_to(x, (B, T, heads, *x.shape[x.ndim + axis + 2:]))
+    full = spec.fn(q, k, v, is_causal=True, **kwargs, **tokens)
+    kwargs.pop("chunk_size", None)
+
+    @jax.jit
+    def run(q, k, v, tokens):
+        out, state = prefill(name, q[:, :P], k[:, :P], v[:, :P], max_length=T, **kwargs,
+                             **{n: x[:, :P] for n, x in tokens.items()})
+        rows = [out]
+        for t in range(P, T):
+            y, state = decode_step(state, q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1],
+                                   **kwargs, **{n: x[:, t:t + 1] for n, x in tokens.items()})
+            rows.append(y)
+        return jnp.concatenate(rows, axis=1)
+
+    np.testing.assert_allclose(run(q, k, v, tokens), full, rtol=0,
+                               atol=1e-5 * float(jnp.abs(full).max()))

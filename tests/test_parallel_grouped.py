@@ -71,6 +71,19 @@ def test_the_recurrent_family_s_grouped_forms_shard_like_one_device(method, head
                   _value_and_grads(fn, q, k, v, is_causal=True, **arrays, **static))
 
 
+GROUPED_VALUES = [n for n in SHARDED if ATTENTIONS[n].grouped_values]
+
+
+@pytest.mark.parametrize("name", GROUPED_VALUES)
+def test_grouped_values_shard_like_one_device(name):
+    ks = jax.random.split(jax.random.key(1), 3)
+    q, k = (jax.random.normal(x, (2, N, 2, D)) for x in ks[:2])
+    v = jax.random.normal(ks[2], (2, N, 4, D))  # two value heads per key head
+    kwargs = dict(method_kwargs(name, n=N, head_dim=D), is_causal=True)
+    _assert_equal(_value_and_grads(sequence_parallel(name, mesh=_mesh()), q, k, v, **kwargs),
+                  _value_and_grads(ATTENTIONS[name].fn, q, k, v, **kwargs))
+
+
 def _traffic(name: str, heads: int, kv_heads: int) -> int:
     """Elements in the collectives of the compiled forward call on 4 devices."""
     fn = sequence_parallel(name, mesh=_mesh(), **method_kwargs(name, n=256, head_dim=D,

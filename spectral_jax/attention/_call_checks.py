@@ -3,6 +3,7 @@ head_dim) layout with grouped heads, bias and causality, and Flax's decode call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -70,13 +71,41 @@ def reject_cache_query(method: str, query: Array, key: Array, mask: Array | None
     )
 
 
+def fold_grouped_values(method: str, query: Array, key: Array,
+                        value: Array) -> tuple[Array, Callable[[Array], Array]]:
+    """Grouped values for a method linear in V: ``value`` with ``H_v = G·H_k`` heads as
+    ``H_k`` heads of ``G·d_v`` features, and the function that unfolds the output back to
+    ``H_v`` heads of ``d_v`` (value head ``j`` is read with key and query head ``j // G``, as
+    in fla's and Mamba-2's grouped values). A method linear in V gives each of the G value
+    heads exactly what it would give it alone, while its feature sums and normaliser are
+    made once per key head.
+
+    Returns ``(value, identity)`` when the heads are equal; other layouts are left to
+    :func:`check_qkv`, which names them.
+
+    Raises:
+      spectral_jax.UsageError: grouped values with query heads other than the key heads.
+    """
+    hk, hv = getattr(key, "shape", (0, 0))[-2], getattr(value, "shape", (0, 0))[-2]
+    if getattr(value, "ndim", 0) < 3 or getattr(key, "ndim", 0) < 3 or hv == hk or hv % hk:
+        return value, lambda out: out
+    if query.shape[-2] != hk:
+        raise UsageError(
+            f"{method}(): grouped values (value heads {hv}, a multiple of the key heads {hk}) "
+            f"need as many query heads as key heads; got query {query.shape[-2]}.")
+    d_v = value.shape[-1]
+    folded = value.reshape(*value.shape[:-2], hk, (hv // hk) * d_v)
+    return folded, lambda out: out.reshape(*out.shape[:-2], hv, d_v)
+
+
 def check_qkv(method: str, query: Array, key: Array, value: Array, *,
-              grouped_ok: bool = False) -> None:
+              grouped_ok: bool = False, grouped_values_ok: bool = False) -> None:
     """Validates the (batch..., length, heads, head_dim) layout of query, key and value.
 
     ``grouped_ok``: the query heads may be a multiple of the key/value heads (GQA / MQA;
     Ainslie et al. 2023), each group of consecutive query heads sharing one key/value head,
-    as in ``jax.nn.dot_product_attention``.
+    as in ``jax.nn.dot_product_attention``. ``grouped_values_ok``: the value heads may be a
+    multiple of the key heads (:func:`fold_grouped_values`; the method checks the rest).
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not hasattr(x, "ndim") or x.ndim < 3:
@@ -102,7 +131,8 @@ def check_qkv(method: str, query: Array, key: Array, value: Array, *,
             f"{method}(): key and value lengths differ: {key.shape[-3]} vs {value.shape[-3]}."
         )
     heads, kv_heads = query.shape[-2], key.shape[-2]
-    if kv_heads != value.shape[-2]:
+    values_grouped = grouped_values_ok and kv_heads and value.shape[-2] % kv_heads == 0
+    if kv_heads != value.shape[-2] and not values_grouped:
         raise UsageError(
             f"{method}(): key and value head counts differ: key {kv_heads}, value "
             f"{value.shape[-2]}."

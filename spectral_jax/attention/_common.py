@@ -23,6 +23,7 @@ from spectral_jax.attention._call_checks import (  # noqa: F401
     check_call,
     check_qkv,
     check_single_key,
+    fold_grouped_values,
     reject_bias,
     reject_cache_query,
     reject_causal,

@@ -276,7 +276,9 @@ def prefill(
     """
     caller = "prefill()"
     spec, form = decode_form(method, caller)
-    _common.check_qkv(caller.removesuffix("()"), query, key, value, grouped_ok=form.grouped)
+    value, unfold = fold_values(spec, form, caller, query, key, value)
+    _common.check_qkv(caller.removesuffix("()"), query, key, value, grouped_ok=form.grouped,
+                      grouped_values_ok=spec.grouped_values)
     max_length = _checks.positive_int(caller, "max_length", max_length)
     batch_shape, p = query.shape[:-3], query.shape[-3]
     if key.shape[-3] != p:
@@ -330,5 +332,16 @@ def prefill(
     arrays = form.prefill(q, k, v, flat_lengths, max_length, flat_params)
     state = DecodeState(method, max_length, clipped, ok,
                         {n: a.reshape(*batch_shape, *a.shape[1:]) for n, a in arrays.items()})
-    return out.astype(query.dtype), state
+    return unfold(out.astype(query.dtype)), state
+
+
+def fold_values(spec: Any, form: Any, caller: str, query: Array, key: Array,
+                value: Array) -> tuple[Array, Any]:
+    """Grouped values for a decode form that keeps sums over keys (linear, Performer, gated
+    linear): each key head's state holds its G value heads side by side
+    (:func:`~spectral_jax.attention._call_checks.fold_grouped_values`); the recurrent
+    family's own form takes them as they are."""
+    if spec.grouped_values and not form.uses_fn:
+        return _common.fold_grouped_values(caller.removesuffix("()"), query, key, value)
+    return value, lambda out: out
 

@@ -20,6 +20,7 @@ from spectral_jax.attention._decode import (
     finite_rows,
     flat_batch,
     flat_token_arrays,
+    fold_values,
     is_concrete,
     method_params,
     state_arguments,
@@ -33,8 +34,9 @@ def _check_state(caller: str, state: Any, query: Array, key: Array, value: Array
     if not isinstance(state, DecodeState):
         raise UsageTypeError(f"{caller}: `state` must be a DecodeState (from prefill or "
                              f"init_decode_state); got {type(state).__name__}.")
-    grouped = decode_form(state.method, caller)[1].grouped
-    _common.check_qkv(caller.removesuffix("()"), query, key, value, grouped_ok=grouped)
+    spec, form = decode_form(state.method, caller)
+    _common.check_qkv(caller.removesuffix("()"), query, key, value, grouped_ok=form.grouped,
+                      grouped_values_ok=spec.grouped_values)
     batch_shape = state.position.shape
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.shape[-3] != 1:
@@ -43,11 +45,12 @@ def _check_state(caller: str, state: Any, query: Array, key: Array, value: Array
     some = next(iter(state.arrays.values()))
     heads = some.shape[len(batch_shape)]
     expected = (*batch_shape, 1, heads)
-    if key.shape[:-1] != expected:
+    # The state's heads are the value heads (the key heads, or more with grouped values).
+    if value.shape[:-1] != expected:
         raise UsageError(
             f"{caller}: the state was built for batch {batch_shape} and {heads} key/value "
-            f"heads; got key of shape {key.shape} (batch {key.shape[:-3]}, {key.shape[-2]} "
-            "heads).")
+            f"heads; got value of shape {value.shape} (batch {value.shape[:-3]}, "
+            f"{value.shape[-2]} heads).")
 
 
 def decode_step(
@@ -92,8 +95,9 @@ def decode_step(
       (True, 6)
     """
     caller = "decode_step()"
-    _check_state(caller, state, query, key, value)
     spec, form = decode_form(state.method, caller)
+    value, unfold = fold_values(spec, form, caller, query, key, value)
+    _check_state(caller, state, query, key, value)
     params = method_params(spec, caller, kwargs, required=state_arguments(spec, with_gates=True))
     segmented = [n for n in _segments.KEYWORDS if params.get(n) is not None]
     if segmented:
@@ -132,7 +136,7 @@ def decode_step(
     next_state = DecodeState(state.method, state.max_length,
                              (position + write).reshape(batch_shape).astype(jnp.int32),
                              next_ok.reshape(batch_shape), arrays)
-    return out.reshape(*batch_shape, 1, *out.shape[1:]), next_state
+    return unfold(out.reshape(*batch_shape, 1, *out.shape[1:])), next_state
 
 
 def check_decode_state(state: DecodeState) -> DecodeState:

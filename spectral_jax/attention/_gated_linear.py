@@ -240,6 +240,7 @@ def gated_linear_attention(
       (2, 128, 4, 16)
     """
     method = "gated_linear_attention"
+    value, unfold = _common.fold_grouped_values(method, query, key, value)
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs, mask=mask,
                        causal_ok=True)
     if not is_causal:
@@ -273,7 +274,7 @@ def gated_linear_attention(
     )
     b = p.query_valid.shape[0]
     per_head_gates = jnp.swapaxes(gates.reshape(b, *gates.shape[-2:]), 1, 2)  # (B, H, n)
-    return _common.lift(
+    return unfold(_common.lift(
         head, query, key, value, p.query_valid, p.key_valid, key_args=(per_head_gates,),
         method=method, mask_ok=p.mask_ok, head_chunk_size=head_chunk_size,
-    ).astype(query.dtype)
+    ).astype(query.dtype))

@@ -278,6 +278,7 @@ def linear_attention(
       (2, 128, 4, 16)
     """
     method = "linear_attention"
+    value, unfold = _common.fold_grouped_values(method, query, key, value)
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs,
                        mask=mask, causal_ok=True)
     _checks.choice(f"{method}()", "feature_map", feature_map, tuple(FEATURE_MAPS))
@@ -294,10 +295,10 @@ def linear_attention(
         _linear_head, feature_map=feature_map, is_causal=is_causal, chunk_size=chunk_size,
         eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
     )
-    return lift_feature_head(method, head, query, key, value, p,
+    return unfold(lift_feature_head(method, head, query, key, value, p,
                              (segment_ids, query_segment_ids, kv_segment_ids),
                              is_causal=is_causal, bottom_right=bottom_right,
-                             head_chunk_size=head_chunk_size)
+                             head_chunk_size=head_chunk_size))
 
 
 def lift_feature_head(method: str, head: Callable[..., Array], query: Array, key: Array,

@@ -211,6 +211,7 @@ def performer_attention(
       (2, 128, 4, 16)
     """
     method = "performer_attention"
+    value, unfold = _common.fold_grouped_values(method, query, key, value)
     _common.check_call(method, query, key, value, bias, is_causal, flax_kwargs,
                        mask=mask, causal_ok=True)
     _checks.positive_int(f"{method}()", "chunk_size", chunk_size)
@@ -234,7 +235,7 @@ def performer_attention(
         eps=_checks.number(f"{method}()", "eps", eps, low=0.0, what="a finite float >= 0"),
         chunk_size=chunk_size,
     )
-    return lift_feature_head(method, head, query, key, value, p,
+    return unfold(lift_feature_head(method, head, query, key, value, p,
                              (segment_ids, query_segment_ids, kv_segment_ids),
                              is_causal=is_causal, bottom_right=bottom_right,
-                             head_chunk_size=head_chunk_size)
+                             head_chunk_size=head_chunk_size))

@@ -76,7 +76,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
             cached_decode=True, decode="feature_state", sequence_parallel="feature_reductions",
             communication="d(d_v + 1); causal: P·d(d_v + 1)",
-            token_arrays=(("segment_ids", -1, True),)),
+            token_arrays=(("segment_ids", -1, True),), grouped_values=True),
         AttentionSpec(
             name="performer", fn=performer_attention,
             source="Choromanski et al. 2021 (FAVOR+), Lemma 1", cost="O(nrd)",
@@ -85,7 +85,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             cached_decode=True, decode="random_feature_state",
             sequence_parallel="feature_reductions",
             communication="r(d_v + 1) + 2; causal: P·r(d_v + 1) + 2",
-            token_arrays=(("segment_ids", -1, True),)),
+            token_arrays=(("segment_ids", -1, True),), grouped_values=True),
         AttentionSpec(
             name="linformer", fn=linformer_attention, source="Wang et al. 2020, eq. 7",
             cost="O(nkd)", supports_causal=False, target="softmax", recorded=("proj_len",),
@@ -111,7 +111,8 @@ ATTENTIONS: dict[str, AttentionSpec] = {
                    "map",
             cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
             state="gates", decode="gated_state", sequence_parallel="feature_reductions",
-            communication="P(d(d_v + 1) + 1)", token_arrays=(("gates", -2, True),)),
+            communication="P(d(d_v + 1) + 1)", token_arrays=(("gates", -2, True),),
+            grouped_values=True),
         # The clustered methods and ProbSparse take the sampling key of "landmark_rng": a
         # random k-means start / key sample in training, the deterministic one in
         # evaluation. Both clustered methods' budget is num_clusters (with the default 100
@@ -166,7 +167,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             cost="O(nCd + nd·d_v)", supports_causal=True, target="gla", state="log_decay",
             layer=(("short_conv_size", None), ("output_gate", "swish")),
             decode="recurrent_state", sequence_parallel="state_prefix",
-            communication="P·d(d_v + 1)",
+            communication="P·d(d_v + 1)", grouped_values=True,
             token_arrays=(("g", -3, True), ("segment_ids", -1, True))),
         AttentionSpec(
             name="retnet", fn=retnet_attention,
@@ -174,14 +175,15 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="retnet",
             layer=(("short_conv_size", None), ("output_gate", "swish")),
             decode="recurrent_state", sequence_parallel="state_prefix",
-            communication="P(d·d_v + 1)", token_arrays=(("segment_ids", -1, True),)),
+            communication="P(d·d_v + 1)", token_arrays=(("segment_ids", -1, True),),
+            grouped_values=True),
         AttentionSpec(
             name="mamba2", fn=mamba2_attention,
             source="Dao & Gu 2024 (Mamba-2 SSD), eq. 2 and §6",
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="mamba2", state="ssd",
             layer=(("short_conv_size", 4), ("output_gate", "swish")),
             decode="recurrent_state", sequence_parallel="state_prefix",
-            communication="P(d·d_v + 1)",
+            communication="P(d·d_v + 1)", grouped_values=True,
             token_arrays=(("dt", -2, True), ("segment_ids", -1, True))),
         AttentionSpec(
             name="deltanet", fn=deltanet_attention,
@@ -189,7 +191,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="deltanet",
             state="delta", layer=(("short_conv_size", 4), ("output_gate", "norm")),
             decode="recurrent_state", sequence_parallel="state_prefix",
-            communication="P·d(d_v + d)",
+            communication="P·d(d_v + d)", grouped_values=True,
             token_arrays=(("beta", -2, True), ("segment_ids", -1, True))),
         AttentionSpec(
             name="gated_deltanet", fn=gated_deltanet_attention,
@@ -197,7 +199,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="gated_deltanet",
             state="gated_delta", layer=(("short_conv_size", 4), ("output_gate", "swish")),
             decode="recurrent_state", sequence_parallel="state_prefix",
-            communication="P·d(d_v + d)",
+            communication="P·d(d_v + d)", grouped_values=True,
             token_arrays=(("g", -2, True), ("beta", -2, True), ("segment_ids", -1, True))),
     )
 }

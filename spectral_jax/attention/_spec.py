@@ -61,6 +61,10 @@ class AttentionSpec:
         methods' m is the clusters, k the top keys per cluster and t the Lloyd steps;
         ProbSparse's u is its factor·⌈ln n⌉ active queries, and ``"...; rng=None: ..."``
         gives its evenly spaced key sample's form (the random one gathers every key).
+      grouped_values: whether the function takes more value heads than key heads (a
+        multiple, with as many query heads as key heads; value head j is read with key head
+        j // G): the state-keeping methods linear in V, whose sums over keys are then made
+        once per key head.
       layer: the paper's layer around the method, as module options and their defaults
         (``short_conv_size``, ``output_gate``: :mod:`spectral_jax.nn._recurrent_layer`), or
         None for a plain attention layer.
@@ -91,6 +95,7 @@ class AttentionSpec:
     communication: str | None = None
     token_arrays: tuple[tuple[str, int, bool], ...] = ()
     layer: tuple[tuple[str, Any], ...] | None = None
+    grouped_values: bool = False
 
     @property
     def exact(self) -> bool:

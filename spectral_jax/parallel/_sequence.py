@@ -113,13 +113,9 @@ def _sharded_call(spec: Any, mesh: Mesh, axis_name: str, batch_axis: str | None,
         raise UsageError(f"{name}: `bias` cannot be split over the sequence (it is an n x n "
                          f"array); got shape {getattr(bias, 'shape', None)}.")
     method = spec.fn.__name__
-    # Value heads may outnumber key heads (the recurrent family's grouped values): the
-    # method checks them on each shard; the split needs the key's length only.
-    _common.check_qkv(method, query, key, key, grouped_ok=True)
-    if getattr(value, "shape", (None,) * 3)[:-2] != key.shape[:-2]:
-        raise UsageError(f"{name}: `value` must be (batch..., kv_len, heads, head_dim) with the "
-                         f"key's batch and length {key.shape[:-2]}; got shape "
-                         f"{getattr(value, 'shape', type(value))}.")
+    # Value heads may outnumber key heads (grouped values): the method checks the rest on
+    # each shard; the split needs the lengths only.
+    _common.check_qkv(method, query, key, value, grouped_ok=True, grouped_values_ok=True)
     shards = mesh.shape[axis_name]
     for arg, x in (("query", query), ("key", key)):
         if x.shape[-3] % shards:
