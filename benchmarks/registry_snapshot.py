@@ -8,7 +8,11 @@ float32 inputs with and without a key padding mask:
   with its state drawn from a fixed key by ``spectral_jax.lra.bench.methods.make_state``;
 - ``spectral_jax.nn.MultiHeadAttention`` (``nnx.Rngs(0)``) output and input gradient for each
   module option set the method accepts (conv skip, Linformer sharing modes), before and after
-  ``redraw_features``, in evaluation and training mode (fixed rng streams).
+  ``redraw_features``, in evaluation and training mode (fixed rng streams);
+- every decode form: ``prefill`` of a right-padded prompt, then ``decode_step`` token by
+  token (the prompt's outputs, each step's output and the final state's arrays);
+- every sequence-parallel form on 8 simulated CPU devices (``sequence_parallel``): output
+  and gradients, bidirectional and causal where the method has them, with padding lengths.
 
 Usage::
 
@@ -29,6 +33,7 @@ from spectral_jax import attention as attention_lib
 from spectral_jax import nn as nn_lib
 from spectral_jax.lra.bench import methods as methods_lib
 from spectral_jax.lra.train import config_lib
+from spectral_jax.parallel import sequence_parallel
 
 B, N, H, D = 2, 64, 2, 8
 E = H * D
@@ -122,11 +127,83 @@ def _module_records(name: str) -> dict[str, np.ndarray]:
     return out
 
 
+def _raw_kwargs(name: str, heads: int = H) -> tuple[dict, dict]:
+    """The method's parameters and state at its test budget, and its per-token arrays
+    ``(B, N, heads, ...)`` (gates, step sizes) apart."""
+    spec = attention_lib.get_attention_spec(name)
+    kwargs = spec.call_kwargs(jax.random.key(42), budget=spec.test_budget, length=N, head_dim=D)
+    tokens = {}
+    for arg, axis, batched in spec.token_arrays:
+        if batched and arg in kwargs:
+            x = kwargs.pop(arg)
+            tokens[arg] = jnp.broadcast_to(x, (B, N, heads, *x.shape[x.ndim + axis + 2:]))
+    return kwargs, tokens
+
+
+def _decode_records(name: str) -> dict[str, np.ndarray]:
+    spec = attention_lib.get_attention_spec(name)
+    if spec.decode is None:
+        return {}
+    q, k, v, *_ = inputs()
+    kwargs, tokens = _raw_kwargs(name)
+    kwargs.pop("chunk_size", None)
+    prompt = N // 2
+    lengths = jnp.array([prompt, prompt - 7])
+
+    @jax.jit
+    def run(q, k, v, tokens):
+        out, state = attention_lib.prefill(
+            name, q[:, :prompt], k[:, :prompt], v[:, :prompt], max_length=N, lengths=lengths,
+            **kwargs, **{n: x[:, :prompt] for n, x in tokens.items()})
+        steps = []
+        for t in range(8):
+            take = lambda x, at=lengths + t: jnp.take_along_axis(  # noqa: E731
+                x, at.reshape(B, 1, *(1,) * (x.ndim - 2)), axis=1)
+            y, state = attention_lib.decode_step(
+                state, take(q), take(k), take(v), **kwargs,
+                **{n: take(x) for n, x in tokens.items()})
+            steps.append(y)
+        return out, jnp.concatenate(steps, 1), state.arrays
+
+    out, steps, arrays = run(q, k, v, tokens)
+    records = {f"decode/{name}/prefill": np.asarray(out), f"decode/{name}/steps": np.asarray(steps)}
+    records.update({f"decode/{name}/state/{n}": np.asarray(a) for n, a in arrays.items()})
+    return records
+
+
+def _shard_records(name: str) -> dict[str, np.ndarray]:
+    spec = attention_lib.get_attention_spec(name)
+    if spec.sequence_parallel is None:
+        return {}
+    q, k, v, weights, *_ = inputs()
+    kwargs, tokens = _raw_kwargs(name)
+    lengths = jnp.array([N, N - 21])
+    mesh = jax.make_mesh((8,), ("seq",), devices=jax.devices()[:8])
+    fn = sequence_parallel(name, mesh=mesh)
+    records = {}
+    for causal in ([False] if not spec.causal_only else []) + ([True] if spec.supports_causal
+                                                                else []):
+        def loss(q, k, v, causal=causal):
+            out = fn(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
+                     **({"is_causal": True} if causal else {}), **kwargs, **tokens)
+            return jnp.sum(out * weights), out
+
+        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(
+            q, k, v)
+        tag = "causal" if causal else "full"
+        records[f"shard/{name}/{tag}/out"] = np.asarray(out)
+        for g_name, g in zip("qkv", grads):
+            records[f"shard/{name}/{tag}/grad_{g_name}"] = np.asarray(g)
+    return records
+
+
 def snapshot() -> dict[str, np.ndarray]:
     records = {}
     for name in attention_lib.available_attentions():
         records.update(_function_records(name))
         records.update(_module_records(name))
+        records.update(_decode_records(name))
+        records.update(_shard_records(name))
     return records
 
 
@@ -134,6 +211,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[1] not in ("save", "compare"):
         print(__doc__)
         return 2
+    jax.config.update("jax_num_cpu_devices", 8)  # the shard forms' devices, before any array
     records = snapshot()
     if argv[1] == "save":
         np.savez(argv[2], **records)

@@ -16,6 +16,11 @@ def call(layer, x, mask=None, deterministic=True):
     return layer(x, mask=mask, deterministic=deterministic)
 
 
+# Any module on its first input with keyword arguments, jitted (one compile per module
+# and keyword set): the modules' tests run them this way rather than op by op.
+apply_jitted = nnx.jit(lambda module, x, **kwargs: module(x, **kwargs))
+
+
 def inputs(seed: int = 0) -> jax.Array:
     """(B, L, E) standard normal inputs."""
     return jax.random.normal(jax.random.key(seed), (B, L, E))

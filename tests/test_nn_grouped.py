@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from layer_cases import apply_jitted
 
 from spectral_jax import UnsupportedError, UsageError
 from spectral_jax.attention import ATTENTIONS, STATE_KINDS
@@ -25,10 +26,6 @@ KWARGS = {"nystrom": {"num_landmarks": 4}, "spectral_shift": {"num_landmarks": 4
           "improved_clustered": {"num_clusters": 3}, "probsparse": {"factor": 1},
           "linformer": {"proj_len": 4, "max_length": N},
           "inducing_points": {"num_inducing_points": 4}, "luna": {"packed_length": 4}}
-
-
-# Layers called under nnx.jit: one compile per layer instead of every operation eagerly.
-_CALL = nnx.jit(lambda layer, x: layer(x))
 
 
 def _repeated(path: tuple, x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -72,7 +69,7 @@ def test_a_grouped_layer_equals_its_repeated_heads(name):
             continue
         grouped, full = _pair(name, is_causal)
         assert grouped.key.kernel.shape == (E, HKV, E // H)
-        out, ref = _CALL(grouped, x), _CALL(full, x)
+        out, ref = apply_jitted(grouped, x), apply_jitted(full, x)
         np.testing.assert_allclose(out, ref, rtol=0, atol=2e-5 * float(jnp.abs(ref).max()),
                                    err_msg=f"{name}, is_causal={is_causal}")
 
@@ -82,7 +79,7 @@ def test_a_grouped_layer_equals_its_repeated_heads(name):
 def test_grouped_decoding_keeps_the_key_value_heads_and_equals_the_causal_run(name):
     x = jax.random.normal(jax.random.key(2), (2, N, E))
     grouped, full = _pair(name, True)
-    expected = _CALL(grouped, x)
+    expected = apply_jitted(grouped, x)
     sizes = []
     for layer in (grouped, full):
         layer.init_cache((2, N, E))

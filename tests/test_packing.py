@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from layer_cases import apply_jitted
 
 from spectral_jax import UnsupportedError, UsageError
 from spectral_jax.lra.data.packing import lay_out, pack
@@ -80,7 +81,7 @@ def test_a_packed_row_gives_each_document_its_own_logits(attention, positional):
                                is_causal=True, attention=attention, positional=positional,
                                dropout_rate=0.0)
     model = CausalLM(config, rngs=nnx.Rngs(0))
-    run = nnx.jit(lambda model, tokens, **kwargs: model(tokens, **kwargs))
+    run = apply_jitted
     docs = _sequences(7, 4, 10)
     p = pack(docs, 24)
     logits = np.asarray(run(model, jnp.asarray(p.tokens), segment_ids=jnp.asarray(p.segment_ids),

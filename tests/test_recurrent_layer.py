@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from layer_cases import apply_jitted
 
 from spectral_jax import UsageError
 from spectral_jax.attention import ATTENTIONS
@@ -61,23 +62,23 @@ def test_output_norm_and_swish_gate():
 
 # The layer called under nnx.jit (cache updates included): one compile per shape instead
 # of every operation dispatched eagerly.
-_JIT = nnx.jit(lambda layer, x, **kwargs: layer(x, **kwargs))
 
 
 @pytest.mark.parametrize("name", FAMILY)
 def test_decoding_with_the_paper_layer_equals_the_causal_run(name):
     x = jax.random.normal(jax.random.key(0), (2, 11, 16))
-    full = _JIT(MultiHeadAttention(2, 16, attention=name, is_causal=True, rngs=nnx.Rngs(0)), x)
+    full = apply_jitted(MultiHeadAttention(2, 16, attention=name, is_causal=True,
+                                           rngs=nnx.Rngs(0)), x)
     layer = MultiHeadAttention(2, 16, attention=name, is_causal=True, decode=True,
                                rngs=nnx.Rngs(0))
     layer.init_cache((2, 11, 16))
     # A prompt fed in decode mode, then one token a call; a padding token in between
     # (valid False) must leave the convolution cache and the state unchanged.
-    steps = [_JIT(layer, x[:, :6])]
+    steps = [apply_jitted(layer, x[:, :6])]
     for t in range(6, 11):
         if t == 8:
-            _JIT(layer, jnp.full((2, 1, 16), 7.0), valid=jnp.array([False, False]))
-        steps.append(_JIT(layer, x[:, t:t + 1]))
+            apply_jitted(layer, jnp.full((2, 1, 16), 7.0), valid=jnp.array([False, False]))
+        steps.append(apply_jitted(layer, x[:, t:t + 1]))
     np.testing.assert_allclose(jnp.concatenate(steps, 1), full, rtol=2e-5, atol=2e-5)
 
 
@@ -87,10 +88,10 @@ def test_padding_does_not_reach_valid_outputs(name):
     x = jax.random.normal(jax.random.key(0), (1, 9, 16))
     valid = jnp.arange(9) < 6
     mask = valid[None, None, :, None] & valid[None, None, None, :]
-    a = _JIT(layer, x, mask=mask)
-    b = _JIT(layer, jnp.where(valid[None, :, None], x, 100.0), mask=mask)
+    a = apply_jitted(layer, x, mask=mask)
+    b = apply_jitted(layer, jnp.where(valid[None, :, None], x, 100.0), mask=mask)
     np.testing.assert_array_equal(np.asarray(a)[:, :6], np.asarray(b)[:, :6])
-    np.testing.assert_allclose(a[:, :6], _JIT(layer, x[:, :6]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a[:, :6], apply_jitted(layer, x[:, :6]), rtol=1e-5, atol=1e-6)
 
 
 def test_bad_layer_options_name_the_option():

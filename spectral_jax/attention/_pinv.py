@@ -3,6 +3,8 @@ Skyformer."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -75,10 +77,15 @@ def iterative_pinv(
     norm = jnp.asarray(norm)[..., None, None]
     z = jnp.swapaxes(matrix, -1, -2) / jnp.where(norm > 0, norm, 1.0)
     eye = jnp.eye(matrix.shape[-1], dtype=matrix.dtype)
-    for _ in range(int(num_iterations)):
+
+    def step(_: Any, z: Array) -> Array:
         az = matrix @ z
-        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
-    return z
+        return 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+
+    # A loop, not a Python loop: one step in the program whatever the count, so every
+    # Nyström-family method compiles the pseudo-inverse once (a static count: a scan,
+    # differentiable in reverse mode).
+    return jax.lax.fori_loop(0, int(num_iterations), step, z)
 
 
 def pinv_norm(matrix: Array, init: str = "per_matrix") -> Array:
