@@ -233,9 +233,11 @@ def _parallel(args: argparse.Namespace) -> int:
         raise UsageError(f"bench parallel: `--devices` must be >= 2 and `--memory-budget-gb` "
                          f"positive; got {args.devices} and {args.memory_budget_gb}.")
     # Simulated CPU devices must be asked for before JAX starts its backend; a process whose
-    # backend already runs (a notebook, the tests) keeps the devices it has.
+    # backend already runs (a notebook, the tests) keeps the devices it has, and one that
+    # asked for more than enough keeps its number.
     try:
-        jax.config.update("jax_num_cpu_devices", args.devices)
+        if jax.config.jax_num_cpu_devices < args.devices:
+            jax.config.update("jax_num_cpu_devices", args.devices)
     except RuntimeError:
         pass
     from spectral_jax.lra.bench import parallel, report

@@ -67,7 +67,8 @@ def train_and_evaluate(
         ``final_test_accuracy``, ``majority_baseline``, ``best_step``, ``steps``,
         ``wall_time_s``, ``num_params``, the training rate (``examples_per_s``,
         ``tokens_per_s``, ``steps_per_s``: median over the logged windows after the first),
-        ``train_step_peak_bytes`` (the compiled train step's peak memory per device), ``compiles``,
+        ``train_step_peak_bytes`` (the compiled train step's peak memory per device), ``compiles``
+        (XLA compilations of each step in this run's training and final evaluation),
         ``extensions`` (``[]`` unless extended), ``pretrain`` (with ``train.pretrain_steps``:
         the self-pretraining stage's summary, :mod:`spectral_jax.lra.train.pretrain`) and the
         resolved ``config``.
@@ -103,8 +104,9 @@ def train_and_evaluate(
         if run.extension is not None:
             _log_extension(run.extension, writer, reporter)
         try:
-            state, meta = _train(run, state, meta, start_step or 0, writer, reporter, stop)
-            results = _final_evaluation(run, state, meta)
+            with report.CompileCounter() as compiles:
+                state, meta = _train(run, state, meta, start_step or 0, writer, reporter, stop)
+                results = _final_evaluation(run, state, meta)
             if stop.signum is not None:  # during the final evaluation: the last step is saved
                 raise TrainingInterrupted(config.train.steps, stop.signum)
             # The cost side of the result (what a sweep's table compares methods on).
@@ -125,7 +127,8 @@ def train_and_evaluate(
         num_params=run.setup.num_params,
         num_devices=run.mesh.devices.size,
         num_processes=jax.process_count(),
-        compiles={"train": step_fns.train._cache_size(), "eval": step_fns.eval._cache_size()},
+        compiles={name: compiles.count(fn) for name, fn in
+                  (("train", step_fns.train), ("eval", step_fns.eval))},
         data_source=run.task.source,
         extensions=workdir_lib.read_extensions(workdir),
         **({"pretrain": pretrain_stage.read_summary(workdir)} if pretrain_lib.enabled(config)

@@ -10,16 +10,19 @@
   accuracy *and* cost, so every run records the cost it paid, measured the same way for every
   method: the training rate from the logged windows, and the train step's peak device memory
   from XLA's buffer assignment of the compiled step.
+* :class:`CompileCounter`: how many times XLA compiled each step during the run.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
 import statistics
 from typing import Any
 
+from jax import monitoring
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -286,3 +289,45 @@ def step_peak_bytes(jitted: Any, *args: Any) -> int | None:
         return peak_bytes(jitted.lower(*args).compile())
     except NotImplementedError:
         return None
+
+
+class CompileCounter:
+    """Counts XLA compilations by function name while open (a context manager).
+
+    It listens to JAX's backend-compile event, which names the jitted function
+    (``"jit(train_step)"``), so the count does not depend on the jit cache's contents (a
+    cache shared with many other programs, as in a test worker, may have evicted an entry
+    by the time the run ends). A persistent-compilation-cache hit loads an executable
+    without compiling and is not counted.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> def double(x):
+        ...     return 2 * x
+        >>> with CompileCounter() as counter:
+        ...     _ = jax.jit(double)(jnp.ones(3)), jax.jit(double)(jnp.ones(3))
+        >>> counter.count(double)
+        1
+    """
+
+    _EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self):
+        self._counts: collections.Counter[str] = collections.Counter()
+
+    def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
+        del duration
+        if event == self._EVENT:
+            self._counts[kwargs.get("fun_name", "")] += 1
+
+    def __enter__(self) -> CompileCounter:
+        monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        monitoring.unregister_event_duration_listener(self._listen)
+
+    def count(self, fun: Any) -> int:
+        """Compilations of ``fun`` (a Python function, or a jitted one) since entering."""
+        name = getattr(getattr(fun, "_fun", fun), "__name__", str(fun))
+        return self._counts[f"jit({name})"]
