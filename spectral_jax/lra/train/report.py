@@ -329,5 +329,4 @@ class CompileCounter:
 
     def count(self, fun: Any) -> int:
         """Compilations of ``fun`` (a Python function, or a jitted one) since entering."""
-        name = getattr(getattr(fun, "_fun", fun), "__name__", str(fun))
-        return self._counts[f"jit({name})"]
+        return self._counts[f"jit({fun.__name__})"]
