@@ -14,7 +14,7 @@ import pytest
 
 from spectral_jax import UnsupportedError, UsageError
 from spectral_jax.attention import ATTENTIONS
-from spectral_jax.attention._hints import functions_declaring
+from spectral_jax.attention.core._hints import functions_declaring
 
 B, N, H, D = 2, 23, 2, 4
 # Example 0: three documents and two padding tokens (id 0); example 1: two documents.

@@ -28,7 +28,7 @@ from spectral_jax.attention import (
     memory_compressed_attention,
     probsparse_attention,
 )
-from spectral_jax.attention._clustered import kmeans_queries
+from spectral_jax.attention.sparse._clustered import kmeans_queries
 
 B, N, H, D = 2, 24, 2, 8
 SCALE = 1 / math.sqrt(D)

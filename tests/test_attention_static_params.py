@@ -18,7 +18,7 @@ def _static_cases():
     and jax.nn's drop-in keywords (a traced ``dropout_rate`` is a schedule, allowed)."""
     import inspect
 
-    from spectral_jax.attention._common import FLAX_KWARGS, JAX_NN_KWARGS
+    from spectral_jax.attention.core._common import FLAX_KWARGS, JAX_NN_KWARGS
     cases = []
     for name in sa.available_attentions():
         for param in inspect.signature(sa.get_attention(name)).parameters.values():

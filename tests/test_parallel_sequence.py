@@ -18,7 +18,7 @@ from attention_cases import method_kwargs
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError
 from spectral_jax.attention import ATTENTIONS, SHARD_FORMS
-from spectral_jax.attention._probsparse import log_budget
+from spectral_jax.attention.sparse._probsparse import log_budget
 from spectral_jax.lra.bench.parallel import compile_call
 from spectral_jax.lra.compiled import collectives
 from spectral_jax.parallel import sequence_parallel

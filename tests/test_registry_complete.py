@@ -58,6 +58,12 @@ def _problems(name: str) -> list[str]:
             spec.default(param)
         except KeyError as err:
             problems.append(str(err.args[0]))
+    doc = spec.fn.__doc__ or ""
+    if "Args:" in doc and "the rest: as" not in doc:  # else it defers to another function
+        args = doc[doc.index("Args:"):doc.index("Returns:")]
+        own = set(params) - getattr(spec.fn, "drop_in_added", frozenset())  # Flax's keywords
+        problems += [f"its docstring's Args lack {arg!r}" for arg in sorted(own)
+                     if arg not in args]
     return problems
 
 

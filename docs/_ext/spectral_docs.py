@@ -2,9 +2,9 @@
 
 ``method-table`` and ``shard-table`` render rows of the attention registry
 (``spectral_jax.attention.ATTENTIONS``) and ``public-api`` documents the names in a module's
-``__all__``, so no list is written by hand and none can fall behind the code. ``FAMILIES``
-groups the registered methods into the site's method pages; ``tests/test_docs_site.py``
-checks that it covers the registry.
+``__all__``, so no list is written by hand and none can fall behind the code. The method
+pages are the family packages (a method's page is its registry entry's ``family``);
+``tests/test_docs_site.py`` checks that each has its page.
 """
 
 from __future__ import annotations
@@ -19,21 +19,20 @@ from docutils.statemachine import StringList
 from sphinx import addnodes
 from sphinx.util.docutils import SphinxDirective
 
-# page name -> (title, registered methods on that page). Every registered method is on one page.
-FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "exact": ("Exact attention", ("softmax", "kernelized")),
-    "landmark": ("Landmark methods: Nyströmformer, spectral shifting, Skyformer",
-                 ("nystrom", "spectral_shift", "skyformer")),
-    "kernel": ("Feature maps and recurrences: linear, Performer, gated linear",
-               ("linear", "performer", "gated_linear")),
-    "compressed": ("Compressed keys and values: Linformer, memory-compressed",
-                   ("linformer", "memory_compressed")),
-    "summary": ("Learned summaries: inducing points and Luna", ("inducing_points", "luna")),
-    "sparse": ("Sparse and clustered: clustered, ProbSparse, local",
-               ("clustered", "improved_clustered", "probsparse", "local")),
-    "recurrent": ("Linear-recurrent: GLA, RetNet, Mamba-2, DeltaNet, Gated DeltaNet",
-                  ("gla", "retnet", "mamba2", "deltanet", "gated_deltanet")),
-}
+
+def families() -> tuple[str, ...]:
+    """The method pages: the family packages that hold a registered method, in registry order."""
+    from spectral_jax.attention import ATTENTIONS
+
+    return tuple(dict.fromkeys(spec.family for spec in ATTENTIONS.values()))
+
+
+def family_methods(family: str) -> tuple[str, ...]:
+    """The registered methods whose function lives in the family package, in registry order."""
+    from spectral_jax.attention import ATTENTIONS
+
+    return tuple(name for name, spec in ATTENTIONS.items() if spec.family == family)
+
 
 METHOD_COLUMNS = ("registry name", "function", "source", "cost per head", "causal",
                   "budget", "approximates")
@@ -211,7 +210,7 @@ class MethodTable(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         from spectral_jax.attention import ATTENTIONS, _registry
 
-        names = FAMILIES[self.arguments[0]][1] if self.arguments else None
+        names = family_methods(self.arguments[0]) if self.arguments else None
         # Rebuild the page when the registry or a method's signature changes.
         self.env.note_dependency(inspect.getsourcefile(_registry))
         for name in names or tuple(ATTENTIONS):

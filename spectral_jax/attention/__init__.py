@@ -6,11 +6,6 @@ head_dim)`` and plugs into Flax's ``attention_fn``. Pick one by name with
 :func:`get_attention`.
 """
 
-from spectral_jax.attention._clustered import (
-    clustered_attention,
-    improved_clustered_attention,
-)
-from spectral_jax.attention._common import FLAX_KWARGS, resolve_head_chunk_size
 from spectral_jax.attention._decode import (
     DECODE_FORMS,
     DecodeState,
@@ -19,26 +14,6 @@ from spectral_jax.attention._decode import (
     prefill,
 )
 from spectral_jax.attention._decode_step import check_decode_state, decode_step
-from spectral_jax.attention._gated_linear import gated_linear_attention
-from spectral_jax.attention._hints import cached_decode_hint, causal_methods_hint
-from spectral_jax.attention._inducing_points import inducing_points_attention
-from spectral_jax.attention._landmarks import segment_means
-from spectral_jax.attention._linear import linear_attention
-from spectral_jax.attention._linformer import linformer_attention
-from spectral_jax.attention._local import local_attention
-from spectral_jax.attention._luna import luna_attention, luna_pack
-from spectral_jax.attention._memory_compressed import (
-    mean_pool_conv,
-    memory_compressed_attention,
-)
-from spectral_jax.attention._nystrom import nystrom_attention
-from spectral_jax.attention._padding import as_bool_mask
-from spectral_jax.attention._performer import (
-    orthogonal_random_features,
-    performer_attention,
-)
-from spectral_jax.attention._pinv import iterative_pinv
-from spectral_jax.attention._probsparse import probsparse_attention
 from spectral_jax.attention._registry import (
     ATTENTIONS,
     BASELINE,
@@ -48,16 +23,37 @@ from spectral_jax.attention._registry import (
     get_attention,
     get_attention_spec,
 )
-from spectral_jax.attention._segments import positions as segment_positions
-from spectral_jax.attention._shard_form import SHARD_FORMS
-from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
-from spectral_jax.attention._softmax import reference_attention, softmax_attention
-from spectral_jax.attention._spectral_shift import (
+from spectral_jax.attention._state import LINFORMER_SHARING, STATE_KINDS, StateKind
+from spectral_jax.attention.compressed import (
+    linformer_attention,
+    mean_pool_conv,
+    memory_compressed_attention,
+)
+from spectral_jax.attention.core._common import FLAX_KWARGS, resolve_head_chunk_size
+from spectral_jax.attention.core._hints import cached_decode_hint, causal_methods_hint
+from spectral_jax.attention.core._landmarks import segment_means
+from spectral_jax.attention.core._padding import as_bool_mask
+from spectral_jax.attention.core._segments import positions as segment_positions
+from spectral_jax.attention.core._shard_form import SHARD_FORMS
+from spectral_jax.attention.exact import (
+    kernelized_attention,
+    reference_attention,
+    softmax_attention,
+)
+from spectral_jax.attention.kernel import (
+    gated_linear_attention,
+    linear_attention,
+    orthogonal_random_features,
+    performer_attention,
+)
+from spectral_jax.attention.landmark import (
+    iterative_pinv,
+    nystrom_attention,
+    skyformer_attention,
     spectral_shift_attention,
     spectral_shift_delta,
+    symmetric_spectral_shift_attention,
 )
-from spectral_jax.attention._state import LINFORMER_SHARING, STATE_KINDS, StateKind
-from spectral_jax.attention._symmetric import symmetric_spectral_shift_attention
 from spectral_jax.attention.recurrent import (
     deltanet_attention,
     gated_deltanet_attention,
@@ -67,6 +63,13 @@ from spectral_jax.attention.recurrent import (
     retnet_attention,
     simple_gla_attention,
 )
+from spectral_jax.attention.sparse import (
+    clustered_attention,
+    improved_clustered_attention,
+    local_attention,
+    probsparse_attention,
+)
+from spectral_jax.attention.summary import inducing_points_attention, luna_attention, luna_pack
 
 __all__ = [
     "ATTENTIONS",

@@ -32,17 +32,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _common, _segments
-from spectral_jax.attention._decode_cache import KV_CACHE, RING_BUFFER
-from spectral_jax.attention._decode_form import DecodeForm
-from spectral_jax.attention._decode_memory import COMPRESSED_MEMORY
-from spectral_jax.attention._decode_recurrent import (
+from spectral_jax.attention._registry import ATTENTIONS, AttentionSpec, get_attention_spec
+from spectral_jax.attention.compressed._decode import COMPRESSED_MEMORY
+from spectral_jax.attention.core import _common, _segments
+from spectral_jax.attention.core._decode_form import DecodeForm
+from spectral_jax.attention.exact._decode import KV_CACHE
+from spectral_jax.attention.kernel._decode import (
     FEATURE_STATE,
     GATED_STATE,
     RANDOM_FEATURE_STATE,
 )
-from spectral_jax.attention._registry import ATTENTIONS, AttentionSpec, get_attention_spec
 from spectral_jax.attention.recurrent._decode import RECURRENT_STATE
+from spectral_jax.attention.sparse._decode import RING_BUFFER
 
 Array = jax.Array
 
@@ -339,7 +340,7 @@ def fold_values(spec: Any, form: Any, caller: str, query: Array, key: Array,
                 value: Array) -> tuple[Array, Any]:
     """Grouped values for a decode form that keeps sums over keys (linear, Performer, gated
     linear): each key head's state holds its G value heads side by side
-    (:func:`~spectral_jax.attention._call_checks.fold_grouped_values`); the recurrent
+    (:func:`~spectral_jax.attention.core._call_checks.fold_grouped_values`); the recurrent
     family's own form takes them as they are."""
     if spec.grouped_values and not form.uses_fn:
         return _common.fold_grouped_values(caller.removesuffix("()"), query, key, value)

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax import UsageError, UsageTypeError
-from spectral_jax.attention import _common, _segments
 from spectral_jax.attention._decode import (
     DecodeState,
     decode_form,
@@ -26,6 +25,7 @@ from spectral_jax.attention._decode import (
     state_arguments,
     token_arrays_of,
 )
+from spectral_jax.attention.core import _common, _segments
 
 Array = jax.Array
 

@@ -5,32 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from spectral_jax import UsageError
-from spectral_jax.attention import _hints
-from spectral_jax.attention._clustered import (
-    clustered_attention,
-    improved_clustered_attention,
-)
-from spectral_jax.attention._gated_linear import gated_linear_attention
-from spectral_jax.attention._inducing_points import inducing_points_attention
-from spectral_jax.attention._linear import linear_attention
-from spectral_jax.attention._linformer import linformer_attention
-from spectral_jax.attention._local import local_attention
-from spectral_jax.attention._luna import luna_attention
-from spectral_jax.attention._memory_compressed import memory_compressed_attention
-from spectral_jax.attention._nystrom import nystrom_attention
-from spectral_jax.attention._performer import performer_attention
-from spectral_jax.attention._probsparse import probsparse_attention
-from spectral_jax.attention._skyformer import kernelized_attention, skyformer_attention
-from spectral_jax.attention._softmax import softmax_attention
+from spectral_jax.attention import compressed, exact, kernel, landmark, recurrent, sparse, summary
 from spectral_jax.attention._spec import AttentionSpec
-from spectral_jax.attention._spectral_shift import spectral_shift_attention
-from spectral_jax.attention.recurrent import (
-    deltanet_attention,
-    gated_deltanet_attention,
-    gla_attention,
-    mamba2_attention,
-    retnet_attention,
-)
+from spectral_jax.attention.core import _hints
 
 # The exact method every speed comparison includes.
 BASELINE = "softmax"
@@ -40,19 +17,19 @@ ATTENTIONS: dict[str, AttentionSpec] = {
     spec.name: spec
     for spec in (
         AttentionSpec(
-            name="softmax", fn=softmax_attention, source="Vaswani et al. 2017, eq. 1",
+            name="softmax", fn=exact.softmax_attention, source="Vaswani et al. 2017, eq. 1",
             cost="O(n²d)", supports_causal=True, target="softmax", weight_dropout=True,
             cached_decode=True, decode="kv_cache", sequence_parallel="ring",
             communication="(P - 1)(n/P)(d + d_v + 1)",
             token_arrays=(("segment_ids", -1, True),)),
         AttentionSpec(
-            name="nystrom", fn=nystrom_attention, source="Xiong et al. 2021, eq. 14-15",
+            name="nystrom", fn=landmark.nystrom_attention, source="Xiong et al. 2021, eq. 14-15",
             cost="O(nmd + m³)", supports_causal=False, target="softmax",
             recorded=("num_landmarks", "pinv_iterations"), budget="num_landmarks",
             conv_skip=True, test_budget=8, sequence_parallel="landmark_reductions",
             communication="2m(d + d_v + 2) + 2P + 2"),
         AttentionSpec(
-            name="spectral_shift", fn=spectral_shift_attention,
+            name="spectral_shift", fn=landmark.spectral_shift_attention,
             source="Verma 2021 (arXiv:2103.05638) with Wang et al. 2014's spectral shift",
             cost="O(n(m + s)d + sm² + m³)", supports_causal=False, target="softmax",
             recorded=("num_landmarks", "pinv_iterations", "shift", "num_delta_rows"),
@@ -60,25 +37,26 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             sequence_parallel="landmark_reductions",
             communication="2m(d + d_v + 2) + s(d + 2m + 6) + 3P + 3"),
         AttentionSpec(
-            name="skyformer", fn=skyformer_attention, source="Chen et al. 2021, §4.2 eq. 4-6",
+            name="skyformer", fn=landmark.skyformer_attention,
+            source="Chen et al. 2021, §4.2 eq. 4-6",
             cost="O(nmd + m³)", supports_causal=False, target="kernelized",
             recorded=("num_landmarks", "ridge", "pinv_iterations"), budget="num_landmarks",
             state="landmark_rng", test_budget=16, sequence_parallel="landmark_reductions",
             communication="m(d + d_v + 3) + 2P + 2"),
         AttentionSpec(
-            name="kernelized", fn=kernelized_attention,
+            name="kernelized", fn=exact.kernelized_attention,
             source="exact Gaussian-kernel attention that Skyformer approximates "
                    "(Chen et al. 2021, §4.1)",
             cost="O(n²d)", supports_causal=False, target="kernelized",
             sequence_parallel="ring", communication="(P - 1)(n/P)(d + d_v + 1)"),
         AttentionSpec(
-            name="linear", fn=linear_attention, source="Katharopoulos et al. 2020, eq. 6-9",
+            name="linear", fn=kernel.linear_attention, source="Katharopoulos et al. 2020, eq. 6-9",
             cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
             cached_decode=True, decode="feature_state", sequence_parallel="feature_reductions",
             communication="d(d_v + 1); causal: P·d(d_v + 1)",
             token_arrays=(("segment_ids", -1, True),), grouped_values=True),
         AttentionSpec(
-            name="performer", fn=performer_attention,
+            name="performer", fn=kernel.performer_attention,
             source="Choromanski et al. 2021 (FAVOR+), Lemma 1", cost="O(nrd)",
             supports_causal=True, target="softmax", recorded=("num_features",),
             budget="num_features", state="random_features", test_budget=32,
@@ -87,26 +65,27 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             communication="r(d_v + 1) + 2; causal: P·r(d_v + 1) + 2",
             token_arrays=(("segment_ids", -1, True),), grouped_values=True),
         AttentionSpec(
-            name="linformer", fn=linformer_attention, source="Wang et al. 2020, eq. 7",
+            name="linformer", fn=compressed.linformer_attention, source="Wang et al. 2020, eq. 7",
             cost="O(nkd)", supports_causal=False, target="softmax", recorded=("proj_len",),
             budget="proj_len", state="length_projection", test_budget=16,
             sequence_parallel="summary_reductions", communication="k(d + d_v) + 1",
             token_arrays=(("key_projection", -1, False), ("value_projection", -1, False))),
         AttentionSpec(
-            name="inducing_points", fn=inducing_points_attention,
+            name="inducing_points", fn=summary.inducing_points_attention,
             source="Lee et al. 2019 (Set Transformer), §3.2 ISAB", cost="O(nmd)",
             supports_causal=False, target="softmax", recorded=("num_inducing_points",),
             budget="num_inducing_points", state="inducing_points", test_budget=8,
             linear_in_value=False, sequence_parallel="summary_reductions",
             communication="m(d_v + 2)"),
         AttentionSpec(
-            name="luna", fn=luna_attention, source="Ma et al. 2021 (Luna), §3 pack and unpack",
+            name="luna", fn=summary.luna_attention,
+            source="Ma et al. 2021 (Luna), §3 pack and unpack",
             cost="O(nld)", supports_causal=False, target="softmax",
             recorded=("packed_length",), budget="packed_length", state="packed_sequence",
             test_budget=8, carry=("packed_query", "return_packed"), linear_in_value=False,
             sequence_parallel="summary_reductions", communication="l(d_v + 2)"),
         AttentionSpec(
-            name="gated_linear", fn=gated_linear_attention,
+            name="gated_linear", fn=kernel.gated_linear_attention,
             source="Peng et al. 2021 (RFA), §3.2 RFA-Gate; Katharopoulos et al. 2020 feature "
                    "map",
             cost="O(nd²)", supports_causal=True, target="softmax", recorded=("feature_map",),
@@ -118,14 +97,14 @@ ATTENTIONS: dict[str, AttentionSpec] = {
         # evaluation. Both clustered methods' budget is num_clusters (with the default 100
         # clusters every 48-token test would be exact whatever topk is).
         AttentionSpec(
-            name="clustered", fn=clustered_attention,
+            name="clustered", fn=sparse.clustered_attention,
             source="Vyas, Katharopoulos & Fleuret 2020, §3.2 eq. 6-7 (k-means on the queries)",
             cost="O(nCd)", supports_causal=False, target="softmax",
             recorded=("num_clusters", "iterations"), budget="num_clusters",
             state="landmark_rng", test_budget=8, sequence_parallel="global_selection",
             communication="m(d + d_v + 4) + (t + 1)m(d + 1) + P + 1"),
         AttentionSpec(
-            name="improved_clustered", fn=improved_clustered_attention,
+            name="improved_clustered", fn=sparse.improved_clustered_attention,
             source="Vyas, Katharopoulos & Fleuret 2020, §3.3 eq. 9-10 (top-k keys per "
                    "cluster)",
             cost="O(n(C + k)d)", supports_causal=False, target="softmax",
@@ -134,7 +113,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             communication="m(d + d_v + 5) + (t + 1)m(d + 1) + m·k(d + d_v + 1) "
                           "+ 2P·m·min(k, n/P) + P + 1"),
         AttentionSpec(
-            name="probsparse", fn=probsparse_attention,
+            name="probsparse", fn=sparse.probsparse_attention,
             source="Zhou et al. 2021 (Informer), §3 eq. 3-4 (ProbSparse, c·ln n active "
                    "queries)",
             cost="O(n log n · d)", supports_causal=False, target="softmax",
@@ -145,14 +124,14 @@ ATTENTIONS: dict[str, AttentionSpec] = {
         # The budget kernel_size is also the stride: a larger one compresses more (cheaper,
         # less accurate); 1 with identity weights is exact.
         AttentionSpec(
-            name="memory_compressed", fn=memory_compressed_attention,
+            name="memory_compressed", fn=compressed.memory_compressed_attention,
             source="Liu et al. 2018, §4.2.3 (strided conv of K and V, kernel = stride = 3)",
             cost="O(n²d/s)", supports_causal=True, target="softmax",
             recorded=("kernel_size",), budget="kernel_size", state="memory_conv",
             test_budget=3, decode="compressed_memory", sequence_parallel="compressed_gather",
             communication="(P·ceil(n/(P·c)) + c - 1)(d + d_v + 1)"),
         AttentionSpec(
-            name="local", fn=local_attention,
+            name="local", fn=sparse.local_attention,
             source="band attention: Parmar et al. 2018 §3.2; LRA's Local Attention "
                    "(Tay et al. 2021)",
             cost="O(nwd)", supports_causal=True, target="softmax", recorded=("window",),
@@ -162,7 +141,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
         # The linear-recurrent family (spectral_jax.attention.recurrent): exact forms of their
         # own recurrences, each its own target; chunked, with a (d, d_v) state per head.
         AttentionSpec(
-            name="gla", fn=gla_attention,
+            name="gla", fn=recurrent.gla_attention,
             source="Yang et al. 2024 (GLA), eq. 3; chunked form §4",
             cost="O(nCd + nd·d_v)", supports_causal=True, target="gla", state="log_decay",
             layer=(("short_conv_size", None), ("output_gate", "swish")),
@@ -170,7 +149,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             communication="P·d(d_v + 1)", grouped_values=True,
             token_arrays=(("g", -3, True), ("segment_ids", -1, True))),
         AttentionSpec(
-            name="retnet", fn=retnet_attention,
+            name="retnet", fn=recurrent.retnet_attention,
             source="Sun et al. 2023 (RetNet), eq. 1-8 (retention, fixed decay per head)",
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="retnet",
             layer=(("short_conv_size", None), ("output_gate", "swish")),
@@ -178,7 +157,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             communication="P(d·d_v + 1)", token_arrays=(("segment_ids", -1, True),),
             grouped_values=True),
         AttentionSpec(
-            name="mamba2", fn=mamba2_attention,
+            name="mamba2", fn=recurrent.mamba2_attention,
             source="Dao & Gu 2024 (Mamba-2 SSD), eq. 2 and §6",
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="mamba2", state="ssd",
             layer=(("short_conv_size", 4), ("output_gate", "swish")),
@@ -186,7 +165,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             communication="P(d·d_v + 1)", grouped_values=True,
             token_arrays=(("dt", -2, True), ("segment_ids", -1, True))),
         AttentionSpec(
-            name="deltanet", fn=deltanet_attention,
+            name="deltanet", fn=recurrent.deltanet_attention,
             source="Schlag et al. 2021, eq. 29; chunked (UT transform): Yang et al. 2024, §3",
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="deltanet",
             state="delta", layer=(("short_conv_size", 4), ("output_gate", "norm")),
@@ -194,7 +173,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             communication="P·d(d_v + d)", grouped_values=True,
             token_arrays=(("beta", -2, True), ("segment_ids", -1, True))),
         AttentionSpec(
-            name="gated_deltanet", fn=gated_deltanet_attention,
+            name="gated_deltanet", fn=recurrent.gated_deltanet_attention,
             source="Yang, Kautz & Hatamizadeh 2025 (Gated DeltaNet), eq. 10 and §3.3",
             cost="O(nC(d + d_v) + nd·d_v)", supports_causal=True, target="gated_deltanet",
             state="gated_delta", layer=(("short_conv_size", 4), ("output_gate", "swish")),

@@ -103,6 +103,17 @@ class AttentionSpec:
         return self.target == self.name
 
     @property
+    def family(self) -> str:
+        """The family package of ``spectral_jax.attention`` that holds ``fn`` (its docs page).
+
+        Example:
+          >>> from spectral_jax.attention import get_attention_spec
+          >>> get_attention_spec("spectral_shift").family
+          'landmark'
+        """
+        return self.fn.__module__.split(".")[2]
+
+    @property
     def causal_only(self) -> bool:
         """Whether ``is_causal=False`` is refused (a recurrence such as RFA-Gate): ``fn``'s
         ``is_causal`` defaults to True."""

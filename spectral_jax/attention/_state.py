@@ -16,8 +16,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax.attention._memory_compressed import mean_pool_conv
-from spectral_jax.attention._performer import orthogonal_random_features
+from spectral_jax.attention.compressed._memory_compressed import mean_pool_conv
+from spectral_jax.attention.kernel._performer import orthogonal_random_features
 
 Array = jax.Array
 

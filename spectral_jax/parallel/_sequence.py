@@ -12,9 +12,9 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _common, _seq
-from spectral_jax.attention._padding import landmark_query_valid, padding_from_mask
 from spectral_jax.attention._registry import ATTENTIONS, get_attention_spec
+from spectral_jax.attention.core import _common, _seq
+from spectral_jax.attention.core._padding import landmark_query_valid, padding_from_mask
 
 Array = jax.Array
 
@@ -29,7 +29,7 @@ def sequence_parallel(
     ``(batch..., length, heads, head_dim)``; call it under ``jax.jit``. Inside, query, key and
     value are split along their length axis into ``mesh.shape[axis_name]`` contiguous
     shards (``jax.shard_map``), and every reduction over the sequence the method makes
-    becomes a collective over that axis (:mod:`spectral_jax.attention._seq`): the outputs
+    becomes a collective over that axis (:mod:`spectral_jax.attention.core._seq`): the outputs
     and gradients equal the single-device call's, up to float32 rounding. What crosses the
     devices is the registry entry's ``sequence_parallel`` form and ``communication`` formula
     (``spectral_jax.attention.SHARD_FORMS``): for the landmark methods O(m·d) numbers per

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax.attention._decode_form import DecodeForm, choose
+from spectral_jax.attention.core._decode_form import DecodeForm, choose
 
 Array = jax.Array
 

@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention import _common, _segments, _seq
-from spectral_jax.attention._prologue import prologue
+from spectral_jax.attention.core import _common, _segments, _seq
+from spectral_jax.attention.core._prologue import prologue
 from spectral_jax.attention.recurrent import _chunk
 
 Array = jax.Array

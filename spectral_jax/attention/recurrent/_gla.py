@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from spectral_jax.attention import _common
+from spectral_jax.attention.core import _common
 from spectral_jax.attention.recurrent import _family
 
 Array = jax.Array

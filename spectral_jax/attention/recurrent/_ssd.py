@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from spectral_jax import UsageError, _checks
-from spectral_jax.attention import _common
+from spectral_jax.attention.core import _common
 from spectral_jax.attention.recurrent import _family
 
 Array = jax.Array
