@@ -49,6 +49,31 @@ def test_chunked_equals_recurrence_float64(method, float64):
         assert _rel(out, expected) < 1e-10, chunk_size
 
 
+@pytest.mark.parametrize("associative", [False, True])
+@pytest.mark.parametrize("method", ["gla", "retnet", "mamba2"])
+def test_both_additive_state_passes_equal_recurrence_float64(method, associative, float64,
+                                                              monkeypatch):
+    # CPU runs the sequential pass over chunks; accelerators the associative scan. Both are
+    # checked here, outputs and gradients, on packed segments and a padded tail.
+    monkeypatch.setattr(_chunk, "associative_states", lambda: associative)
+    q, k, v, kw = inputs(method, 1, n=29)
+    ids = np.repeat(np.array([[0, 1, 2], [3, 3, 4]]), [9, 11, 9], axis=1)
+    expected = numpy_recurrence(method, q, k, v, kw, segment_ids=ids)
+    out = _call(method, q, k, v, kw, chunk_size=8, segment_ids=jnp.asarray(ids, jnp.int32))
+    assert _rel(out, expected) < 1e-10
+
+    def loss(q, k, v, flag):
+        monkeypatch.setattr(_chunk, "associative_states", lambda: flag)
+        fn = functools.partial(FUNCTIONS[method], chunk_size=8,
+                               segment_ids=jnp.asarray(ids, jnp.int32), **kw)
+        return jnp.sum(jnp.sin(fn(q, k, v)))
+
+    grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, v, associative)
+    other = jax.grad(loss, argnums=(0, 1, 2))(q, k, v, not associative)
+    for a, b in zip(grads, other, strict=True):
+        assert _rel(a, b) < 1e-10
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_padding_and_segments_float64(method, float64):
     q, k, v, kw = inputs(method, 1, n=29)
