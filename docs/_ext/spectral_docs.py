@@ -27,6 +27,17 @@ def families() -> tuple[str, ...]:
     return tuple(dict.fromkeys(spec.family for spec in ATTENTIONS.values()))
 
 
+def family_of_name(name: str) -> str:
+    """The family package of ``spectral_jax.attention`` whose ``__all__`` holds ``name``, or
+    ``"none"`` (the registry, decoding and shared helpers)."""
+    import spectral_jax.attention as attention
+
+    for family in families():
+        if name in importlib.import_module(f"{attention.__name__}.{family}").__all__:
+            return family
+    return "none"
+
+
 def family_methods(family: str) -> tuple[str, ...]:
     """The registered methods whose function lives in the family package, in registry order."""
     from spectral_jax.attention import ATTENTIONS
@@ -233,17 +244,23 @@ class PublicApi(SphinxDirective):
     """``.. public-api:: module``: every name of ``module.__all__`` with its docstring.
 
     Options: ``:match: REGEX`` keeps the names it matches (none: nothing is shown);
+    ``:family: NAME`` keeps those that family package of ``spectral_jax.attention`` exports
+    (``none``: those no family exports), still documented under ``module``;
     ``:summary-only:`` lists them with links and first lines only (for pages beside the API
     reference, which documents each name once).
     """
 
     required_arguments = 1
-    option_spec = {"match": directives.unchanged, "summary-only": directives.flag}
+    option_spec = {"match": directives.unchanged, "family": directives.unchanged,
+                   "summary-only": directives.flag}
 
     def run(self) -> list[nodes.Node]:
         module_name = self.arguments[0]
         self.env.note_dependency(inspect.getsourcefile(importlib.import_module(module_name)))
         names = public_names(module_name, self.options.get("match"))
+        if "family" in self.options:
+            names = [name for name in names
+                     if family_of_name(name) == self.options["family"]]
         if not names:  # a page listing names from several modules shows the ones that match
             return []
         lines = api_lines(module_name, names, "summary-only" in self.options)
