@@ -107,7 +107,8 @@ def decode_methods() -> tuple[str, ...]:
     return tuple(n for n, s in ATTENTIONS.items() if s.decode is not None)
 
 
-def decode_form(method: str, caller: str = "decode") -> tuple[AttentionSpec, DecodeForm]:
+def decode_form(method: str | AttentionSpec,
+                caller: str = "decode") -> tuple[AttentionSpec, DecodeForm]:
     """The registry entry of ``method`` and its decode form.
 
     Raises:
@@ -118,7 +119,7 @@ def decode_form(method: str, caller: str = "decode") -> tuple[AttentionSpec, Dec
     spec = get_attention_spec(method)
     if spec.decode is None:
         raise UnsupportedError(
-            f"{caller}: attention={method!r} has no causal form, so it cannot decode token "
+            f"{caller}: attention={spec.name!r} has no causal form, so it cannot decode token "
             f"by token. Methods that decode: {', '.join(decode_methods())}.")
     return spec, DECODE_FORMS[spec.decode]
 
@@ -151,13 +152,13 @@ def state_arguments(spec: AttentionSpec, *, with_gates: bool) -> tuple[str, ...]
 
 
 def init_decode_state(
-    method: str, *, batch_shape: tuple[int, ...], max_length: int, num_heads: int,
+    method: str | AttentionSpec, *, batch_shape: tuple[int, ...], max_length: int, num_heads: int,
     head_dim: int, v_head_dim: int | None = None, dtype: Any = jnp.float32, **kwargs: Any,
 ) -> DecodeState:
     """The empty decoding state of ``method`` (no token written), e.g. for a layer's cache.
 
     Args:
-      method: a name from :func:`decode_methods`.
+      method: a name from :func:`decode_methods`, or its :class:`AttentionSpec`.
       batch_shape: the batch dims of the queries to decode.
       max_length: tokens the state must hold per example (prompt and generated ones).
       num_heads, head_dim, v_head_dim: the key/value layout (``v_head_dim`` defaults to
@@ -191,7 +192,7 @@ def init_decode_state(
     b = math.prod(batch_shape)
     arrays = form.init(b, num_heads, head_dim, v_head_dim, max_length, dtype, params)
     return DecodeState(
-        method, max_length, jnp.zeros(batch_shape, jnp.int32), jnp.ones(batch_shape, bool),
+        spec.name, max_length, jnp.zeros(batch_shape, jnp.int32), jnp.ones(batch_shape, bool),
         {n: a.reshape(*batch_shape, *a.shape[1:]) for n, a in arrays.items()})
 
 
@@ -234,13 +235,13 @@ def is_concrete(*xs: Any) -> bool:
 
 
 def prefill(
-    method: str, query: Array, key: Array, value: Array, *, max_length: int,
+    method: str | AttentionSpec, query: Array, key: Array, value: Array, *, max_length: int,
     lengths: Array | None = None, **kwargs: Any,
 ) -> tuple[Array, DecodeState]:
     """The causal outputs of a prompt and the decoding state after it.
 
     Args:
-      method: a name from :func:`decode_methods`.
+      method: a name from :func:`decode_methods`, or its :class:`AttentionSpec`.
       query, key, value: float ``(batch..., P, heads, head_dim)`` (value: ``v_head_dim``),
         the prompts right-padded to one length P. Grouped-query heads (softmax, local,
         linear, performer): the query may have a multiple of the key/value heads; the state
@@ -303,7 +304,7 @@ def prefill(
     if segmented and not form.uses_fn:
         raise UnsupportedError(
             f"{caller}: `{segmented[0]}` given, but the {spec.decode!r} state of "
-            f"attention={method!r} holds every prompt token, not one segment; prefill one "
+            f"attention={spec.name!r} holds every prompt token, not one segment; prefill one "
             "document per example (the recurrent family's state resets at segment ids).")
     q, k, v = (flat_batch(x, batch_shape) for x in (query, key, value))
     # A traced length outside [0, P] would claim slots the prompt never wrote: the example
@@ -322,7 +323,7 @@ def prefill(
     if form.uses_fn:
         out, arrays = form.prefill(spec.fn, query, key, value, clipped, params)
         out = jnp.where(ok.reshape(*batch_shape, 1, 1, 1), out, jnp.nan)
-        return out.astype(query.dtype), DecodeState(method, max_length, clipped, ok, arrays)
+        return out.astype(query.dtype), DecodeState(spec.name, max_length, clipped, ok, arrays)
     if form.outputs is not None:
         out = form.outputs(q, k, v, flat_lengths, flat_params)
         out = out.reshape(*batch_shape, *out.shape[1:])
@@ -331,7 +332,7 @@ def prefill(
                       key_value_seq_lengths=clipped, **kwargs)
     out = jnp.where(ok.reshape(*batch_shape, 1, 1, 1), out, jnp.nan)
     arrays = form.prefill(q, k, v, flat_lengths, max_length, flat_params)
-    state = DecodeState(method, max_length, clipped, ok,
+    state = DecodeState(spec.name, max_length, clipped, ok,
                         {n: a.reshape(*batch_shape, *a.shape[1:]) for n, a in arrays.items()})
     return unfold(out.astype(query.dtype)), state
 

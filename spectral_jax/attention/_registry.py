@@ -211,17 +211,36 @@ def budget_parameters() -> dict[str, tuple[str, ...]]:
     return params
 
 
-def get_attention_spec(name: str) -> AttentionSpec:
-    """The :class:`AttentionSpec` registered under ``name``.
+def methods_where(predicate: Callable[[AttentionSpec], bool]) -> list[str]:
+    """The registered names whose entry satisfies ``predicate``, in registry order (the
+    lists that error messages offer: "methods that do: [...]").
+
+    Example:
+      >>> from spectral_jax.attention._registry import methods_where
+      >>> methods_where(lambda spec: spec.state == "random_features")
+      ['performer']
+    """
+    return [name for name, spec in ATTENTIONS.items() if predicate(spec)]
+
+
+def get_attention_spec(name: str | AttentionSpec) -> AttentionSpec:
+    """The :class:`AttentionSpec` registered under ``name``; an entry passes through.
+
+    The name is resolved where it enters (a config, the command line, a layer's
+    constructor); from there the entry travels, and the functions that take ``method``
+    accept either.
 
     Raises:
       spectral_jax.UsageError: unknown name; the message lists the known ones.
 
     Example:
       >>> from spectral_jax.attention import get_attention_spec
-      >>> get_attention_spec("performer").supports_causal
-      True
+      >>> spec = get_attention_spec("performer")
+      >>> spec.supports_causal, get_attention_spec(spec) is spec
+      (True, True)
     """
+    if isinstance(name, AttentionSpec):
+        return name
     if not isinstance(name, str) or name not in ATTENTIONS:
         raise UsageError(
             f"Unknown attention {name!r}; known attentions: {', '.join(ATTENTIONS)}."
@@ -229,11 +248,11 @@ def get_attention_spec(name: str) -> AttentionSpec:
     return ATTENTIONS[name]
 
 
-def get_attention(name: str) -> Callable[..., object]:
+def get_attention(name: str | AttentionSpec) -> Callable[..., object]:
     """The attention function registered under ``name``.
 
     Args:
-      name: one of :func:`available_attentions`.
+      name: one of :func:`available_attentions`, or its :class:`AttentionSpec`.
 
     Returns:
       The pure function, with the ``jax.nn.dot_product_attention`` call shape.

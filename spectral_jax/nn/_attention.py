@@ -164,7 +164,7 @@ class MultiHeadAttention(nnx.Module):
         check_layer(spec, num_heads, in_features, qkv_features, out_features, dropout_rate,
                      is_causal)
         pairs = normalise_attention_kwargs("MultiHeadAttention", attention_kwargs, hashed=False)
-        kwargs, options = split_attention_kwargs(attention, dict(pairs))
+        kwargs, options = split_attention_kwargs(spec, dict(pairs))
         check_hashable("MultiHeadAttention", pairs)  # static module data: hashed under jit
         self.num_heads = num_heads
         self.num_kv_heads = check_kv_heads(num_heads, num_kv_heads, options)
@@ -173,17 +173,19 @@ class MultiHeadAttention(nnx.Module):
                                                    in_kv_features)
         self.head_dim = qkv_features // num_heads
         self.attention = attention
+        # The registry entry, resolved once here; the layer's helpers receive it.
+        self.method = spec
         # A sorted tuple keeps the module's static data hashable (one jit cache entry).
         self.attention_kwargs = tuple(sorted(kwargs.items()))
         self.dropout_rate = dropout_rate
         self.is_causal = is_causal
         self.rope = check_rope("MultiHeadAttention", rope, qkv_features, num_heads)
         self.deterministic = deterministic
-        self.uses_rng = uses_rng(attention, dropout_rate)
+        self.uses_rng = uses_rng(spec, dropout_rate)
         self.dtype = dtype
         self.decode = decode
         if decode:
-            _decode.check_decode(attention, is_causal)
+            _decode.check_decode(spec, is_causal)
         self.symmetric = check_symmetric(options["symmetric"])
 
         _projections.build(
@@ -235,7 +237,7 @@ class MultiHeadAttention(nnx.Module):
             >>> layer.state.projection.shape
             (16, 4)
         """
-        redraw_state(self.state, self.attention, rng)
+        redraw_state(self.state, self.method, rng)
 
     def init_cache(self, input_shape: tuple[int, ...], dtype: Any = jnp.float32) -> None:
         """Creates the decoding cache for inputs ``(batch..., max_length, in_features)``.
@@ -267,7 +269,7 @@ class MultiHeadAttention(nnx.Module):
             >>> layer(jnp.ones((3, 1, 8))).shape, layer.decode_state.nbytes
             ((3, 1, 8), 480)
         """
-        _decode.check_decode(self.attention, self.is_causal)
+        _decode.check_decode(self.method, self.is_causal)
         _decode.store(self, _decode.init_state(self, input_shape, dtype))
         self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
         if self.layer_parts is not None:  # the short convolution's last inputs
@@ -348,7 +350,7 @@ class MultiHeadAttention(nnx.Module):
         check_features("inputs_q", inputs_q, self.in_features)
         for name, x in (("inputs_kv", inputs_kv), ("inputs_v", inputs_v)):
             x is None or check_features(name, x, self.in_kv_features, "in_kv_features")
-        check_segment_call(self.attention, segment_ids, decode=decode,
+        check_segment_call(self.method, segment_ids, decode=decode,
                            conv_skip=self.conv_skip is not None)
         inputs_kv = inputs_q if inputs_kv is None else inputs_kv
         query, key, value, mask, state, valid = core_inputs(
@@ -359,7 +361,7 @@ class MultiHeadAttention(nnx.Module):
             x = x if self.layer_parts is None else self.layer_parts.finish(x, inputs_q)
             return (self.out(x), None) if return_carry else self.out(x)
 
-        spec = _attention.get_attention_spec(self.attention)
+        spec = self.method
         check_carry(spec, carry)
         kwargs = dict(self.attention_kwargs, **({} if segment_ids is None
                                                  else {"segment_ids": segment_ids}))
@@ -378,7 +380,7 @@ class MultiHeadAttention(nnx.Module):
             kwargs["module"] = self
         next_carry = None
         # The registered function, or its sequence-sharded form inside split_sequence().
-        fn = attention_function(self.attention)
+        fn = attention_function(spec)
         if spec.carry is not None:
             kwargs[spec.carry[1]] = True
             x, packed = fn(query, key, value, mask=mask, **kwargs)

@@ -11,6 +11,7 @@ from typing import Any
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
 from spectral_jax import attention as _attention
+from spectral_jax.attention._registry import methods_where
 
 # Arrays that describe one call's inputs; a module takes them through `mask` and its
 # call's `segment_ids` instead.
@@ -90,7 +91,7 @@ def check_hashable(owner: str, pairs: tuple[tuple[str, Any], ...]) -> None:
                 "hashed", item)) from None
 
 
-def module_options(attention: str) -> dict[str, Any]:
+def module_options(attention: str | _attention.AttentionSpec) -> dict[str, Any]:
     """The module options :class:`MultiHeadAttention` takes for a method, with defaults.
 
     Its state kind's options (registry ``STATE_KINDS``), ``conv_kernel_size`` where the
@@ -123,7 +124,7 @@ def _function_parameters(spec: _attention.AttentionSpec) -> frozenset[str]:
     ) - _attention.FLAX_KWARGS - _PER_CALL - _CALL_FORM
 
 
-def allowed_attention_kwargs(attention: str) -> frozenset[str]:
+def allowed_attention_kwargs(attention: str | _attention.AttentionSpec) -> frozenset[str]:
     """The ``attention_kwargs`` keys :class:`MultiHeadAttention` takes for a registered method.
 
     Example:
@@ -131,13 +132,14 @@ def allowed_attention_kwargs(attention: str) -> frozenset[str]:
         ['chunk_size', 'eps', 'feature_map', 'head_chunk_size', 'scale', 'symmetric']
     """
     spec = _attention.get_attention_spec(attention)
-    return _function_parameters(spec) | frozenset(module_options(attention))
+    return _function_parameters(spec) | frozenset(module_options(spec))
 
 
 def split_attention_kwargs(
-    attention: str, attention_kwargs: Mapping[str, Any] | None
+    spec: _attention.AttentionSpec, attention_kwargs: Mapping[str, Any] | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Checks ``attention_kwargs`` and splits it into function arguments and module options.
+    """Checks ``attention_kwargs`` for the method of ``spec`` and splits it into function
+    arguments and module options.
 
     Returns:
         ``(function_kwargs, options)``; ``options`` has every module option of the method,
@@ -148,17 +150,17 @@ def split_attention_kwargs(
           unknown key.
     """
     kwargs = dict(attention_kwargs or {})
-    own = module_options(attention)
-    every = {k for name in _attention.available_attentions() for k in module_options(name)}
+    own = module_options(spec)
+    every = {k for every_spec in _attention.ATTENTIONS.values() for k in module_options(every_spec)}
     given = {k: kwargs.pop(k) for k in list(kwargs) if k in every}
     for name in given:
         if name not in own:
-            users = [n for n in _attention.available_attentions() if name in module_options(n)]
+            users = methods_where(lambda other, name=name: name in module_options(other))
             raise UsageError(
                 f"attention_kwargs[{name!r}] applies to attention in {users}, "
-                f"got attention={attention!r}."
+                f"got attention={spec.name!r}."
             )
-    allowed = allowed_attention_kwargs(attention)
+    allowed = allowed_attention_kwargs(spec)
     for name in kwargs:
         if name in _PER_CALL:
             raise UsageError(
@@ -167,7 +169,7 @@ def split_attention_kwargs(
             )
         if name not in allowed:
             raise UsageError(
-                f"attention_kwargs has unknown key {name!r} for attention={attention!r}; "
+                f"attention_kwargs has unknown key {name!r} for attention={spec.name!r}; "
                 f"allowed: {sorted(allowed)}."
             )
     if kwargs.get("head_chunk_size") is not None:
@@ -189,15 +191,14 @@ def check_layer(spec: _attention.AttentionSpec, num_heads: int, in_features: int
         )
     if not 0.0 <= dropout_rate < 1.0:
         raise UsageError(f"dropout_rate must be in [0, 1), got {dropout_rate!r}.")
-    names = _attention.available_attentions()
     if dropout_rate > 0.0 and not spec.weight_dropout:
-        droppable = [n for n in names if _attention.get_attention_spec(n).weight_dropout]
+        droppable = methods_where(lambda other: other.weight_dropout)
         raise UsageError(
             f"dropout_rate={dropout_rate} drops attention weights, which only attention in "
             f"{droppable} forms; got attention={spec.name!r}. Use dropout_rate=0."
         )
     if is_causal and not spec.supports_causal:
-        causal = [n for n in names if _attention.get_attention_spec(n).supports_causal]
+        causal = methods_where(lambda other: other.supports_causal)
         raise UnsupportedError(
             f"attention={spec.name!r} has no causal form (is_causal=True); methods with "
             f"one: {causal}."
@@ -223,7 +224,7 @@ def check_features(name: str, inputs: Any, in_features: int,
         )
 
 
-def check_segment_call(attention: str, segment_ids: Any, *, decode: bool,
+def check_segment_call(spec: _attention.AttentionSpec, segment_ids: Any, *, decode: bool,
                        conv_skip: bool) -> None:
     """Refuses segment ids where the layer would mix segments: decoding (the cache holds
     one sequence per example) and Nyströmformer's conv skip (its kernel spans them)."""
@@ -235,7 +236,7 @@ def check_segment_call(attention: str, segment_ids: Any, *, decode: bool,
     if conv_skip:
         raise UnsupportedError(
             f"{_OWNER}: `segment_ids` with conv_kernel_size: the conv skip of "
-            f"attention={attention!r} spans segment boundaries; build the layer without it.")
+            f"attention={spec.name!r} spans segment boundaries; build the layer without it.")
 
 
 def check_kv_heads(num_heads: int, num_kv_heads: Any, options: Mapping[str, Any]) -> int:
@@ -271,9 +272,8 @@ def resolve_deterministic(module: Any, deterministic: bool | None, sow_weights: 
       spectral_jax.UsageError: None in both places for a random layer.
       spectral_jax.UnsupportedError: ``sow_weights`` for a method that forms no weights.
     """
-    if sow_weights and not _attention.get_attention_spec(module.attention).weight_dropout:
-        formed = [n for n in _attention.available_attentions()
-                  if _attention.get_attention_spec(n).weight_dropout]
+    if sow_weights and not module.method.weight_dropout:
+        formed = methods_where(lambda other: other.weight_dropout)
         raise UnsupportedError(
             f"{_OWNER}: sow_weights=True needs attention weights; attention="
             f"{module.attention!r} forms none (methods that do: {formed}).")

@@ -26,13 +26,13 @@ from spectral_jax.attention._decode import decode_form
 Array = jax.Array
 
 
-def check_decode(attention: str, is_causal: bool) -> None:
+def check_decode(spec: _attention.AttentionSpec, is_causal: bool) -> None:
     """Raises unless the method decodes and the layer is causal."""
-    decode_form(attention, "MultiHeadAttention(decode=True)")
+    decode_form(spec, "MultiHeadAttention(decode=True)")
     if not is_causal:
         raise UnsupportedError(
             f"MultiHeadAttention(decode=True) decodes the causal form: pass is_causal=True "
-            f"(attention={attention!r} with is_causal=False attends to later tokens, which a "
+            f"(attention={spec.name!r} with is_causal=False attends to later tokens, which a "
             "decoder has not seen).")
 
 
@@ -45,10 +45,10 @@ def init_state(layer: Any, input_shape: tuple[int, ...], dtype: Any) -> Any:
             f"in_features) with in_features={layer.in_features}; got {input_shape}.")
     batch, max_length = shape[:-2], shape[-2]
     kwargs = state_kwargs(layer, jnp.zeros((*batch, 1, layer.in_features), dtype))
-    for name, _, _ in _attention.get_attention_spec(layer.attention).token_arrays:
+    for name, _, _ in layer.method.token_arrays:
         kwargs.pop(name, None)  # per token, not part of the state's layout
     return _attention.init_decode_state(
-        layer.attention, batch_shape=batch, max_length=max_length, num_heads=layer.num_kv_heads,
+        layer.method, batch_shape=batch, max_length=max_length, num_heads=layer.num_kv_heads,
         head_dim=layer.head_dim, dtype=dtype, **kwargs)
 
 

@@ -21,6 +21,7 @@ from flax import nnx
 from spectral_jax import UsageError, _checks
 from spectral_jax import attention as _attention
 from spectral_jax.attention import LINFORMER_SHARING, STATE_KINDS
+from spectral_jax.attention._registry import methods_where
 from spectral_jax.nn._learned_state import (
     GateState,
     InducingPointState,
@@ -205,7 +206,7 @@ STATE_MODULES: dict[str, type[nnx.Module]] = {
 }
 
 
-def uses_rng(attention: str, dropout_rate: float = 0.0) -> bool:
+def uses_rng(attention: str | _attention.AttentionSpec, dropout_rate: float = 0.0) -> bool:
     """Whether a layer of ``attention`` draws randomness in training (then ``deterministic``
     must be given, as for Flax's attention modules): weight dropout, or random state.
 
@@ -306,12 +307,11 @@ def redraw_features(model: nnx.Module, rng: Array) -> int:
     return count
 
 
-def redraw_state(state: Any, attention: str, rng: jax.Array) -> None:
+def redraw_state(state: Any, spec: _attention.AttentionSpec, rng: jax.Array) -> None:
     """Redraws a layer's random features; raises for a method without them."""
     if not isinstance(state, RandomFeatureState):
-        users = [n for n in _attention.available_attentions()
-                 if _attention.get_attention_spec(n).state == "random_features"]
+        users = methods_where(lambda other: other.state == "random_features")
         raise UsageError(f"redraw() needs attention with random features ({users}), got "
-                         f"attention={attention!r}.")
+                         f"attention={spec.name!r}.")
     state.redraw(rng)
 

@@ -12,7 +12,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from spectral_jax import UnsupportedError, UsageError, UsageTypeError, _checks
-from spectral_jax.attention._registry import ATTENTIONS, get_attention_spec
+from spectral_jax.attention._registry import AttentionSpec, get_attention_spec, methods_where
 from spectral_jax.attention.core import _common, _seq
 from spectral_jax.attention.core._padding import landmark_query_valid, padding_from_mask
 
@@ -20,8 +20,8 @@ Array = jax.Array
 
 
 def sequence_parallel(
-    method: str, *, mesh: Mesh, axis_name: str = "seq", batch_axis: str | None = None,
-    **method_kwargs: Any,
+    method: str | AttentionSpec, *, mesh: Mesh, axis_name: str = "seq",
+    batch_axis: str | None = None, **method_kwargs: Any,
 ) -> Callable[..., Any]:
     """``method`` on a sequence split over the devices of ``mesh``'s ``axis_name``.
 
@@ -43,7 +43,8 @@ def sequence_parallel(
     ``is_causal=True`` rather than a causal mask, for softmax too.
 
     Args:
-      method: a registered method name (``spectral_jax.attention.available_attentions()``).
+      method: a registered method name (``spectral_jax.attention.available_attentions()``),
+        or its :class:`~spectral_jax.attention.AttentionSpec`.
       mesh: a ``jax.sharding.Mesh`` with an axis named ``axis_name``.
       axis_name: the mesh axis the sequence is split over.
       batch_axis: a mesh axis the leading batch dim is split over (data parallelism beside
@@ -77,9 +78,9 @@ def sequence_parallel(
     """
     spec = get_attention_spec(method)
     if spec.sequence_parallel is None:
-        sharded = [n for n, s in ATTENTIONS.items() if s.sequence_parallel is not None]
+        sharded = methods_where(lambda other: other.sequence_parallel is not None)
         raise UnsupportedError(
-            f"sequence_parallel(): {method!r} has no sequence-sharded form; methods that "
+            f"sequence_parallel(): {spec.name!r} has no sequence-sharded form; methods that "
             f"shard: {', '.join(sharded)}.")
     if not isinstance(mesh, Mesh):
         raise UsageTypeError(

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from jax.sharding import AxisType, Mesh
 
 from spectral_jax import UsageError, UsageTypeError
-from spectral_jax.attention._registry import get_attention_spec
+from spectral_jax.attention._registry import AttentionSpec, get_attention_spec
 from spectral_jax.parallel._sequence import sequence_parallel
 
 
@@ -88,7 +88,7 @@ def split_sequence(mesh: Mesh, *, axis_name: str = "seq",
         _ACTIVE.reset(token)
 
 
-def attention_function(method: str) -> Callable[..., Any]:
+def attention_function(method: str | AttentionSpec) -> Callable[..., Any]:
     """The function an attention layer calls for ``method``: the registered one, or its
     :func:`sequence_parallel` form inside :func:`split_sequence`."""
     split = _ACTIVE.get()
