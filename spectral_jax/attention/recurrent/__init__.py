@@ -4,7 +4,7 @@ DeltaNet and KDA, one chunked recurrence with every form (parallel, decode, sequ
 Each method keeps a (d_k, d_v) state per head, decayed by gates in log space and written
 additively or by the delta rule (:mod:`~spectral_jax.attention.recurrent._chunk`). The
 functions take ``jax.nn.dot_product_attention``'s layout and fla's / Mamba-2's argument
-meanings (see ``docs/linear_recurrent.md``); :func:`recurrent_reference` is their
+meanings (see ``docs/methods/recurrent.md``); :func:`recurrent_reference` is their
 token-by-token ground truth.
 """
 
