@@ -173,8 +173,6 @@ class MultiHeadAttention(nnx.Module):
                                                    in_kv_features)
         self.head_dim = qkv_features // num_heads
         self.attention = attention
-        # The registry entry, resolved once here; the layer's helpers receive it.
-        self.method = spec
         # A sorted tuple keeps the module's static data hashable (one jit cache entry).
         self.attention_kwargs = tuple(sorted(kwargs.items()))
         self.dropout_rate = dropout_rate
@@ -217,6 +215,12 @@ class MultiHeadAttention(nnx.Module):
                 options, in_features=in_kv_features, head_dim=self.head_dim,
                 num_heads=self.num_kv_heads if per_key else num_heads,
                 dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    @property
+    def method(self) -> _attention.AttentionSpec:
+        """The registry entry of ``attention``: what the layer's helpers receive (derived
+        from the name, so the module's state and repr hold the name alone)."""
+        return _attention.get_attention_spec(self.attention)
 
     def redraw(self, rng: Array) -> None:
         """Draws new random features from ``rng`` (Choromanski et al. 2021, §3).

@@ -64,8 +64,8 @@ def _with_shared_args(doc: str, parameters: Any) -> str:
         return doc
     lines = "".join(indent + line + "\n" for entry in entries for line in entry.split("\n"))
     # After the last Args entry: the blank line that ends the section.
-    end = doc.rstrip()[:returns.start()].rstrip("\n ") + "\n"
-    return end + lines + "\n" + doc[returns.start():]
+    args = doc[:returns.start()].rstrip("\n ") + "\n"
+    return args + lines + "\n" + doc[returns.start():]
 
 
 def drop_in_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
