@@ -9,7 +9,8 @@ config files. It also prints the step's call chain: the spectral_jax files on th
 outermost first, when the training step (``train/steps.py``) first calls an attention
 function of ``spectral_jax/attention/`` (a ``*_attention`` function such as
 ``spectral_shift_attention``), i.e. the files a reader follows from the CLI to the attention
-call.
+call. Last, the registry lookups by name: the calls of ``get_attention_spec`` given a string
+(not an entry, which passes through), counted by calling place.
 
 Usage::
 
@@ -60,13 +61,15 @@ def _chain(frame, root: str) -> list[str]:
     return chain
 
 
-def trace() -> tuple[dict[str, set[str]], list[str]]:
-    """Runs the traced step; returns ``({package: {file, ...}}, call chain)``.
+def trace() -> tuple[dict[str, set[str]], list[str], collections.Counter]:
+    """Runs the traced step; returns ``({package: {file, ...}}, call chain, lookups)``.
 
     The first holds the files where a function ran, the second the files on the stack at the
-    step's first call of a ``*_attention`` function in ``spectral_jax/attention/``.
+    step's first call of a ``*_attention`` function in ``spectral_jax/attention/``, the third
+    the by-name registry lookups per calling ``file:line``.
     """
     import spectral_jax
+    from spectral_jax.attention import _registry
 
     # The checkout that holds the imported package: its configs are the ones traced.
     package_root = os.path.dirname(os.path.abspath(spectral_jax.__file__))
@@ -87,6 +90,8 @@ def trace() -> tuple[dict[str, set[str]], list[str]]:
     done = threading.Event()
     attention_dir = os.path.join(package_root, "attention") + os.sep
     steps_file = os.path.join(package_root, "lra", "train", "steps.py")
+    lookup_code = _registry.get_attention_spec.__code__
+    lookups: collections.Counter = collections.Counter()
 
     def profile(frame, event, arg):
         if done.is_set() or event not in ("call", "return"):
@@ -98,6 +103,12 @@ def trace() -> tuple[dict[str, set[str]], list[str]]:
         # CO_OPTIMIZED marks a function's code; module and class bodies run on import.
         if event == "call" and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
             files.add(path)
+            if frame.f_code is lookup_code and isinstance(frame.f_locals.get("name"), str):
+                caller = frame.f_back
+                while caller.f_code.co_filename == path:  # get_attention calls it
+                    caller = caller.f_back
+                lookups[f"{os.path.relpath(caller.f_code.co_filename, root)}:"
+                        f"{caller.f_lineno}"] += 1
             if (not chain and path.startswith(attention_dir)
                     and frame.f_code.co_name.endswith("_attention")):
                 outer, in_step = frame.f_back, False
@@ -132,14 +143,14 @@ def trace() -> tuple[dict[str, set[str]], list[str]]:
             groups[os.path.dirname(relative).replace(os.sep, ".")].add(relative)
         else:
             groups["(repository, outside the package)"].add(relative)
-    return groups, chain
+    return groups, chain, lookups
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="also list the files")
     args = parser.parse_args()
-    groups, chain = trace()
+    groups, chain, lookups = trace()
     in_package = sum(len(v) for k, v in groups.items() if not k.startswith("("))
     print(f"spectral_jax files in which a function ran: {in_package}")
     for name in sorted(groups):
@@ -150,6 +161,9 @@ def main() -> None:
     print(f"files on the call chain from the CLI to the step's attention call: {len(chain)}")
     for path in chain:
         print(f"  {path}")
+    print(f"registry lookups by name: {sum(lookups.values())} calls from {len(lookups)} places")
+    for place, count in sorted(lookups.items()):
+        print(f"  {place}: {count}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 
 import pytest
+from suite_split import full_suite_only
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
@@ -78,6 +79,9 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        callspec = getattr(item, "callspec", None)
+        if full_suite_only(item.originalname, callspec.params if callspec else {}):
+            item.add_marker(pytest.mark.slow)
         name = pathlib.Path(str(item.fspath)).name
         if any(fnmatch.fnmatch(name, p) for p in UNIT_FILES) and "slow" not in item.keywords:
             item.add_marker(pytest.mark.unit)

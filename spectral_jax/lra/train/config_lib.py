@@ -319,7 +319,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     _checks.nonnegative_int(_OWNER, "seed", config.seed)
     _checks.nonnegative_int(_OWNER, "train.redraw_features_every", train.redraw_features_every)
     model = config.model
-    allowed = allowed_attention_kwargs(model.attention)
+    spec = attention_lib.get_attention_spec(model.attention)  # the name is resolved here, once
+    allowed = allowed_attention_kwargs(spec)
     unknown = sorted(set(model.attention_kwargs.to_dict()) - allowed)
     if unknown:
         raise UsageError(
@@ -330,7 +331,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             "which brings that method's own attention_kwargs"
         )
     TransformerConfig.check_fields(model.to_dict(), owner=_OWNER, prefix="model.")
-    _check_causal(model, attention_lib.get_attention_spec(model.attention))
+    _check_causal(model, spec)
     opt = train.optimizer
     for name in ("b1", "b2"):
         _checks.number(_OWNER, f"train.optimizer.{name}", opt[name], low=0.0, high=1.0,
