@@ -49,3 +49,30 @@ def test_gpu_check_smoke_writes_every_part(tmp_path):
     summary = json.loads((out / "gpu_check.json").read_text())
     assert set(summary["parts"]) == {"environment", "train_listops", "speed"}
     assert summary["speed"]["left_out"] == [] and summary["speed"]["errors"] == []
+
+
+# The LRA-table script end to end on CPU (~2 minutes): generated ListOps and Pathfinder, the
+# three methods and softmax with RoPE on each, then one table; run with -m slow before lending
+# it a device.
+@pytest.mark.slow
+def test_lra_table_smoke_trains_every_method_on_every_generated_task(tmp_path):
+    out = tmp_path / "lra"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
+           "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(ROOT / "benchmarks/lra_table_gpu.sh"), str(out),
+                           "--smoke"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    for task in ("listops", "pathfinder"):
+        cases = [(task, m, None) for m in ("nystrom", "spectral_shift", "gated_deltanet")]
+        for sweep, method, positional in [*cases, (f"{task}-rope", "softmax", "rope")]:
+            run = out / sweep / f"{method}-seed0"
+            assert json.loads((run / "results.json").read_text())["steps"] == 2, run
+            config = json.loads((run / "config.json").read_text())
+            assert config["model"]["attention"] == method
+            assert positional is None or config["model"]["positional"] == positional
+    table = json.loads((out / "table.json").read_text())
+    assert len(table["runs"]) == 8 and not table["failed"]
+    assert (out / "table.md").read_text().startswith("| Model | ListOps | Pathfinder | Avg |")
+    bad = subprocess.run(["bash", str(ROOT / "benchmarks/lra_table_gpu.sh"), str(out), "--fast"],
+                         env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown option --fast" in bad.stderr
