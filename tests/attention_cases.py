@@ -56,6 +56,19 @@ def qkv(seed: int = 0, shape=(2, 48, 2, 8), dtype=jnp.float32):
     )
 
 
+def qkv64(seed: int = 0, shape=(1, 64, 1, 8), step: float = 0.3):
+    """Float64 (query, key, value): random-walk queries and keys, Gaussian values (x64 on)."""
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    return (random_walk(k1, shape, step).astype(jnp.float64),
+            random_walk(k2, shape, step).astype(jnp.float64),
+            jax.random.normal(k3, shape, jnp.float64))
+
+
+def one_head(x) -> np.ndarray:
+    """The first example's first head of ``(batch, n, heads, d)`` as a float64 ``(n, d)``."""
+    return np.asarray(x, np.float64)[0, :, 0, :]
+
+
 def padding_mask(valid: jax.Array) -> jax.Array:
     """(b, n) bool -> (b, 1, n, n) padding mask, as flax.nnx.make_attention_mask builds it."""
     return valid[:, None, :, None] & valid[:, None, None, :]

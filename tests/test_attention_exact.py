@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpy_reference as ref
 import pytest
-from attention_cases import jitted, random_walk, rel_err
+from attention_cases import jitted, one_head, qkv64, rel_err
 
 from spectral_jax import attention as sa
 
@@ -23,17 +23,6 @@ from spectral_jax import attention as sa
 def float64():
     with jax.enable_x64(True):
         yield
-
-
-def _qkv64(seed=0, shape=(1, 64, 1, 8), step=0.3):
-    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-    return (random_walk(k1, shape, step).astype(jnp.float64),
-            random_walk(k2, shape, step).astype(jnp.float64),
-            jax.random.normal(k3, shape, jnp.float64))
-
-
-def _np(x):
-    return np.asarray(x, np.float64)[0, :, 0, :]
 
 
 # ---------------------------------------------------------------- exact softmax
@@ -52,19 +41,19 @@ def test_softmax_hand_computed_value():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_softmax_matches_numpy_with_mask_and_bias(causal):
-    q, k, v = (x.astype(jnp.float32) for x in _qkv64(1, (1, 40, 1, 8)))
+    q, k, v = (x.astype(jnp.float32) for x in qkv64(1, (1, 40, 1, 8)))
     valid = jnp.arange(40) < 33
     mask = valid[None, None, None, :]
     bias = 0.1 * jax.random.normal(jax.random.key(2), (1, 1, 40, 40))
     out = jitted(sa.softmax_attention, is_causal=causal)(q, k, v, bias=bias, mask=mask)
-    logits = (_np(q) @ _np(k).T) / np.sqrt(8) + np.asarray(bias)[0, 0]
+    logits = (one_head(q) @ one_head(k).T) / np.sqrt(8) + np.asarray(bias)[0, 0]
     allowed = np.broadcast_to(np.asarray(valid), (40, 40))
     if causal:
         allowed = allowed & np.tril(np.ones((40, 40), bool))
-    expected = ref.softmax(logits, allowed) @ _np(v)
-    np.testing.assert_allclose(_np(out), expected, atol=2e-5)
+    expected = ref.softmax(logits, allowed) @ one_head(v)
+    np.testing.assert_allclose(one_head(out), expected, atol=2e-5)
     np.testing.assert_allclose(
-        _np(jitted(sa.reference_attention, is_causal=causal)(q, k, v, bias=bias, mask=mask)),
+        one_head(jitted(sa.reference_attention, is_causal=causal)(q, k, v, bias=bias, mask=mask)),
         expected,
         atol=2e-5,
     )
@@ -92,8 +81,8 @@ def test_pinv_matches_float64_iteration_and_converges_on_well_conditioned():
 
 
 def test_pinv_on_landmark_softmax_kernel_and_preconditioned_gaussian():
-    q, k, _ = _qkv64(3, (1, 256, 1, 16))
-    _, a, _ = ref.nystrom_kernels(_np(q), _np(k), 1 / 4, 16, np.ones(256, bool))
+    q, k, _ = qkv64(3, (1, 256, 1, 16))
+    _, a, _ = ref.nystrom_kernels(one_head(q), one_head(k), 1 / 4, 16, np.ones(256, bool))
     resid = [
         np.linalg.norm(a @ np.asarray(sa.iterative_pinv(jnp.asarray(a), t)) @ a - a)
         / np.linalg.norm(a)
@@ -101,7 +90,7 @@ def test_pinv_on_landmark_softmax_kernel_and_preconditioned_gaussian():
     ]
     assert resid == sorted(resid, reverse=True) and resid[2] < 0.1
     # Skyformer's D^{-1/2}(M + γI)D^{-1/2} has spectrum in (0, 1]: the iteration converges.
-    x = _np(q)[::8] / 16**0.25
+    x = one_head(q)[::8] / 16**0.25
     m = ref.gaussian_kernel(x, x) + 0.1 * np.eye(len(x))
     dm = m / np.sqrt(np.outer(m.sum(1), m.sum(1)))
     assert np.linalg.eigvalsh(dm).max() <= 1 + 1e-12
@@ -114,7 +103,7 @@ def test_pinv_on_landmark_softmax_kernel_and_preconditioned_gaussian():
 
 @pytest.mark.parametrize("fn", [sa.nystrom_attention, sa.spectral_shift_attention])
 def test_landmarks_at_least_length_is_exact_softmax(fn):
-    q, k, v = _qkv64(4, (2, 50, 2, 8))
+    q, k, v = qkv64(4, (2, 50, 2, 8))
     chex.assert_trees_all_close(
         jitted(fn, num_landmarks=64)(q, k, v), jitted(sa.reference_attention)(q, k, v), atol=1e-12
     )
@@ -123,7 +112,7 @@ def test_landmarks_at_least_length_is_exact_softmax(fn):
 def test_one_landmark_per_token_with_exact_pinv_reproduces_s():
     # 12 valid tokens, 16 landmarks < 32 = n: the landmark formula runs and each valid token is
     # its own landmark, so F = A = B = S and S S⁺ S = S.
-    q, k, v = _qkv64(5, (1, 32, 1, 8))
+    q, k, v = qkv64(5, (1, 32, 1, 8))
     valid = jnp.arange(32) < 12
     mask = valid[None, None, :, None] & valid[None, None, None, :]
     out = jitted(sa.nystrom_attention, num_landmarks=16, pinv_iterations=None)(q, k, v, mask=mask)
@@ -133,16 +122,16 @@ def test_one_landmark_per_token_with_exact_pinv_reproduces_s():
 
 @pytest.mark.parametrize("n,m", [(70, 16), (100, 24)])
 def test_nystrom_matches_numpy_formula_when_length_not_divisible(n, m):
-    q, k, v = _qkv64(6, (1, n, 1, 8))
+    q, k, v = qkv64(6, (1, n, 1, 8))
     valid = np.arange(n) < n - 7
     mask = jnp.asarray(valid)[None, None, :, None] & jnp.asarray(valid)[None, None, None, :]
     out = jitted(sa.nystrom_attention, num_landmarks=m)(q, k, v, mask=mask)
-    f, a, b = ref.nystrom_kernels(_np(q), _np(k), 1 / np.sqrt(8), m, valid)
-    expected = f @ ref.pinv_iteration(a, 6) @ (b @ _np(v))
+    f, a, b = ref.nystrom_kernels(one_head(q), one_head(k), 1 / np.sqrt(8), m, valid)
+    expected = f @ ref.pinv_iteration(a, 6) @ (b @ one_head(v))
     expected[~valid] = 0.0
-    np.testing.assert_allclose(_np(out), expected, atol=1e-10)
+    np.testing.assert_allclose(one_head(out), expected, atol=1e-10)
     exact = jitted(sa.reference_attention)(q, k, v, mask=mask)
-    assert rel_err(_np(out)[valid], _np(exact)[valid]) < 0.1
+    assert rel_err(one_head(out)[valid], one_head(exact)[valid]) < 0.1
 
 
 # ---------------------------------------------------------------- spectral shifting
@@ -155,7 +144,7 @@ def _sharp(seed, n=256, d=16, norm=3.0):
 
 
 def test_spectral_shift_with_zero_shift_is_nystrom_bitwise():
-    q, k, v = (x.astype(jnp.float32) for x in _qkv64(7, (2, 96, 2, 8)))
+    q, k, v = (x.astype(jnp.float32) for x in qkv64(7, (2, 96, 2, 8)))
     np.testing.assert_array_equal(
         np.asarray(jitted(sa.spectral_shift_attention, num_landmarks=16, shift="zero")(q, k, v)),
         np.asarray(jitted(sa.nystrom_attention, num_landmarks=16)(q, k, v)),
@@ -168,14 +157,14 @@ def test_spectral_shift_matches_numpy_closed_form():
     closed = dict(num_landmarks=m, pinv_iterations=None, shift="exact")
     out = jitted(sa.spectral_shift_attention, **closed)(q, k, v)
     valid = np.ones(96, bool)
-    qn, kn, vn = _np(q), _np(k), _np(v)
+    qn, kn, vn = one_head(q), one_head(k), one_head(v)
     f, a, b = ref.nystrom_kernels(qn, kn, 1 / np.sqrt(8), m, valid)
     s = ref.softmax(qn @ kn.T / np.sqrt(8))
     nys = f @ np.linalg.pinv(a) @ b
     delta = (np.trace(s) - np.trace(nys)) / (96 - np.trace(nys))
     assert 0.3 < delta < 1.0  # sharp attention: the residual's diagonal is large, no clipping
     approx = (1 - delta) * nys + delta * np.eye(96)
-    np.testing.assert_allclose(_np(out), approx @ vn, atol=1e-8)
+    np.testing.assert_allclose(one_head(out), approx @ vn, atol=1e-8)
     # The defining properties: the shifted matrix has S's trace, and rows that sum to one.
     np.testing.assert_allclose(np.trace(approx), np.trace(s), rtol=1e-10)
     np.testing.assert_allclose(approx.sum(-1), 1.0, atol=1e-8)
@@ -225,7 +214,7 @@ def test_spectral_shift_outputs_and_gradients_match_float64_formula(shift, rows)
         (out, delta), pullback = jax.vjp(
             lambda q, k, v: _shift_reference(q, k, v, 8, shift, rows), q, k, v
         )
-        return out, delta, pullback((_np(g), jnp.zeros_like(delta)))
+        return out, delta, pullback((one_head(g), jnp.zeros_like(delta)))
 
     @jax.jit
     def method(q, k, v):  # the output and the gradients of sum(g * output), in float32
@@ -235,11 +224,12 @@ def test_spectral_shift_outputs_and_gradients_match_float64_formula(shift, rows)
         )
         return out, pullback(g.astype(jnp.float32))
 
-    ref_out, delta, ref_grads = reference(_np(q), _np(k), _np(v))
+    ref_out, delta, ref_grads = reference(one_head(q), one_head(k), one_head(v))
     assert 0.05 < float(delta) < 0.95
     out, grads = method(*(x.astype(jnp.float32) for x in (q, k, v)))
     for got, want in zip((out, *grads), (ref_out, *ref_grads)):
-        np.testing.assert_allclose(_np(got), want, rtol=0, atol=2e-5 * float(jnp.abs(want).max()))
+        np.testing.assert_allclose(one_head(got), want, rtol=0,
+                                   atol=2e-5 * float(jnp.abs(want).max()))
 
 
 def test_spectral_shift_on_identity_attention_is_exact():
@@ -247,7 +237,7 @@ def test_spectral_shift_on_identity_attention_is_exact():
     # whatever the landmarks; the pre-(1 − δ) form F(Z − δF⁺B⁺)B + δI missed this by 3-12%.
     q, k, v = _sharp(2, n=128, d=64, norm=3.0)
     exact = jitted(sa.reference_attention)(q, k, v)
-    np.testing.assert_allclose(_np(exact), _np(v), atol=1e-12)
+    np.testing.assert_allclose(one_head(exact), one_head(v), atol=1e-12)
     for m in (8, 32):
         out = jitted(sa.spectral_shift_attention, num_landmarks=m, shift="exact")(q, k, v)
         assert rel_err(out, exact) < 1e-9, m
@@ -261,7 +251,7 @@ def test_spectral_shift_beats_nystrom_on_sharp_and_ties_on_diffuse(seed):
         nys = rel_err(jitted(sa.nystrom_attention, num_landmarks=m)(q, k, v), exact)
         ss = rel_err(jitted(sa.spectral_shift_attention, num_landmarks=m)(q, k, v), exact)
         assert nys > 0.9 and ss < 0.6 * nys, (m, nys, ss)
-    q, k, v = _qkv64(10 + seed, (1, 256, 1, 16))
+    q, k, v = qkv64(10 + seed, (1, 256, 1, 16))
     exact = jitted(sa.reference_attention)(q, k, v)
     for m in (8, 16, 32):
         nys = rel_err(jitted(sa.nystrom_attention, num_landmarks=m)(q, k, v), exact)
@@ -271,7 +261,7 @@ def test_spectral_shift_beats_nystrom_on_sharp_and_ties_on_diffuse(seed):
 
 @pytest.mark.slow  # two regimes at n = 256; the float64 formula tests cover δ in CI
 def test_delta_nonnegative_and_estimate_tracks_exact_trace():
-    for regime, (q, k, v) in {"sharp": _sharp(3), "diffuse": _qkv64(4, (1, 256, 1, 16))}.items():
+    for regime, (q, k, v) in {"sharp": _sharp(3), "diffuse": qkv64(4, (1, 256, 1, 16))}.items():
         est = float(jitted(sa.spectral_shift_delta, num_landmarks=16)(q, k)[0, 0])
         exact = float(jitted(sa.spectral_shift_delta, num_landmarks=16, shift="exact")(q, k)[0, 0])
         assert 0 <= est <= 1 and 0 <= exact <= 1
@@ -302,7 +292,7 @@ def test_delta_nonnegative_and_estimate_tracks_exact_trace():
 
 @pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
 def test_symmetric_shift_exact_with_one_landmark_per_token(kernel):
-    x, _, v = _qkv64(12, (1, 40, 1, 8))
+    x, _, v = qkv64(12, (1, 40, 1, 8))
     valid = jnp.arange(40) < 20
     mask = valid[None, None, :, None] & valid[None, None, None, :]
     # key is query: one traced array passed as both.
@@ -335,14 +325,15 @@ def test_symmetric_shift_frobenius_error_not_above_nystrom():
 
 
 def test_kernelized_matches_gaussian_kernel_formula():
-    q, k, v = _qkv64(14, (1, 30, 1, 8))
+    q, k, v = qkv64(14, (1, 30, 1, 8))
     c = 8**-0.25
-    expected = ref.gaussian_kernel(_np(q) * c, _np(k) * c) @ _np(v)
-    np.testing.assert_allclose(_np(jitted(sa.kernelized_attention)(q, k, v)), expected, atol=1e-10)
+    expected = ref.gaussian_kernel(one_head(q) * c, one_head(k) * c) @ one_head(v)
+    got = one_head(jitted(sa.kernelized_attention)(q, k, v))
+    np.testing.assert_allclose(got, expected, atol=1e-10)
 
 
 def test_skyformer_with_every_position_is_kernelized_attention():
-    q, k, v = _qkv64(15, (2, 48, 2, 8))
+    q, k, v = qkv64(15, (2, 48, 2, 8))
     valid = jnp.arange(48)[None, :] < jnp.array([[40], [48]])
     mask = valid[:, None, :, None] & valid[:, None, None, :]
     # Example 0 has 40 valid tokens: 80 landmarks are every valid query and key once.
@@ -356,7 +347,7 @@ def test_skyformer_with_every_position_is_kernelized_attention():
 
 @pytest.mark.slow  # five landmark counts at n = 256; exactness at every position is in CI
 def test_skyformer_error_falls_with_landmarks():
-    q, k, v = (x.astype(jnp.float32) for x in _qkv64(16, (1, 256, 2, 16)))
+    q, k, v = (x.astype(jnp.float32) for x in qkv64(16, (1, 256, 2, 16)))
     exact = jitted(sa.kernelized_attention)(q, k, v)
     errs = [
         rel_err(jitted(sa.skyformer_attention, num_landmarks=m)(q, k, v), exact)
@@ -378,115 +369,11 @@ def test_skyformer_error_falls_with_landmarks():
     assert sampled[1] < 0.7 * sampled[0], sampled
 
 
-# ---------------------------------------------------------------- linear, Performer, Linformer
-
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_linear_attention_matches_formula(causal):
-    q, k, v = _qkv64(17, (1, 50, 1, 8))
-    out = jitted(sa.linear_attention, is_causal=causal, chunk_size=16)(q, k, v)  # 16 ∤ 50
-    np.testing.assert_allclose(
-        _np(out), ref.linear_attention(_np(q), _np(k), _np(v), causal), atol=1e-10
-    )
-
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_performer_matches_favor_formula(causal):
-    q, k, v = _qkv64(18, (1, 40, 1, 8))
-    w = sa.orthogonal_random_features(jax.random.key(0), 24, 8, dtype=jnp.float64)
-    out = jitted(sa.performer_attention, is_causal=causal, chunk_size=16)(q, k, v, projection=w)
-    c = 8**-0.25
-    wn = np.asarray(w)
-
-    def feats(x):  # unstabilised positive features; stabilisers cancel exactly when eps = 0
-        x = x * c
-        return np.exp(x @ wn.T - 0.5 * (x * x).sum(-1, keepdims=True))
-
-    a = feats(_np(q)) @ feats(_np(k)).T
-    if causal:
-        a = np.tril(a)
-    expected = (a @ _np(v)) / a.sum(-1, keepdims=True)
-    tol = 1e-10 if causal else 1e-4  # the bidirectional form adds eps = 1e-6 to every feature
-    np.testing.assert_allclose(_np(out), expected, rtol=tol, atol=tol)
-
-
-def test_performer_error_falls_with_features():
-    q, k, v = (0.5 * x for x in _qkv64(19, (1, 128, 1, 16), step=0.2))
-    exact = jitted(sa.reference_attention)(q, k, v)
-    means = []
-    for r in (8, 64, 512):
-        features = jitted(sa.orthogonal_random_features, num_features=r, head_dim=16,
-                          dtype=jnp.float64)
-        errs = [
-            rel_err(
-                jitted(sa.performer_attention)(q, k, v, projection=features(jax.random.key(s))),
-                exact,
-            )
-            for s in range(4)
-        ]
-        means.append(np.mean(errs))
-    assert means == sorted(means, reverse=True) and means[-1] < 0.5 * means[0], means
-
-
-def test_orthogonal_features_are_orthogonal_within_blocks():
-    w = np.asarray(sa.orthogonal_random_features(jax.random.key(1), 20, 8, scaling="sqrt_d"))
-    np.testing.assert_allclose(w[:8] @ w[:8].T, 8 * np.eye(8), atol=1e-4)
-    np.testing.assert_allclose(np.linalg.norm(w, axis=1), np.sqrt(8), rtol=1e-5)
-
-
-def test_linformer_identity_projection_is_exact_and_short_inputs_use_first_columns():
-    q, k, v = _qkv64(20, (1, 48, 1, 8))
-    linformer = jitted(sa.linformer_attention)
-    chex.assert_trees_all_close(
-        linformer(q, k, v, key_projection=jnp.eye(48, dtype=jnp.float64)),
-        jitted(sa.reference_attention)(q, k, v),
-        atol=1e-10,
-    )
-    e = jax.random.normal(jax.random.key(1), (16, 64), jnp.float64)  # max_length 64 > 48
-    valid = np.arange(48) < 40
-    mask = jnp.asarray(valid)[None, None, :, None] & jnp.asarray(valid)[None, None, None, :]
-    out = linformer(q, k, v, mask=mask, key_projection=e)
-    en = np.asarray(e)[:, :48]
-    kk, vv = _np(k) * valid[:, None], _np(v) * valid[:, None]
-    expected = ref.softmax(_np(q) @ (en @ kk).T / np.sqrt(8)) @ (en @ vv)
-    expected[~valid] = 0
-    np.testing.assert_allclose(_np(out), expected, atol=1e-10)
-    with pytest.raises(ValueError, match="max_length=64"):
-        sa.linformer_attention(*(jnp.ones((1, 65, 1, 8)),) * 3, key_projection=e)
-
-
-def test_orthogonal_features_are_unbiased_gaussian_marginals():
-    # Each feature is uniform on the sphere times a chi_d norm, i.e. marginally N(0, I):
-    # coordinate means near 0 and E[exp(w·x)] = exp(|x|²/2). QR without the sign fix gave
-    # means of about -0.09 and 1.21 for 1.43 here.
-    w = np.asarray(sa.orthogonal_random_features(jax.random.key(0), 65536, 8), np.float64)
-    assert np.abs(w.mean(0)).max() < 0.02  # standard error 1/256
-    x = np.full(8, 0.3)
-    np.testing.assert_allclose(np.exp(w @ x).mean(), np.exp(0.5 * x @ x), rtol=0.02)
-
-
-def test_performer_converges_to_softmax_with_many_features():
-    q, k, v = (
-        s * jax.random.normal(key, (1, 16, 1, 8), jnp.float64)
-        for s, key in zip((0.5, 0.5, 1.0), jax.random.split(jax.random.key(21), 3))
-    )
-    exact = jitted(sa.reference_attention)(q, k, v)
-    features = jitted(sa.orthogonal_random_features, num_features=65536, head_dim=8,
-                      dtype=jnp.float64)
-    errs = [
-        rel_err(jitted(sa.performer_attention)(q, k, v, projection=features(jax.random.key(s))),
-                exact)
-        for s in range(2)
-    ]
-    # Biased features stalled at about 0.08 here whatever the number of features.
-    assert max(errs) < 0.02, errs
-
-
 @pytest.mark.parametrize("fn", [sa.nystrom_attention, sa.spectral_shift_attention])
 def test_few_valid_keys_are_exact_whatever_the_padding(fn):
     # 40 valid tokens and 64 landmarks: unpadded, the shortcut gives exact softmax; padded to
     # 128 in a batch with a full example, the landmark path must give the same answer.
-    q, k, v = _qkv64(22, (2, 128, 2, 8))
+    q, k, v = qkv64(22, (2, 128, 2, 8))
     lengths = jnp.array([40, 128])
     fn = jitted(fn, num_landmarks=64)
     padded = fn(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths)

@@ -347,8 +347,7 @@ def add_parser(subparsers: Any) -> None:
     cp = sub.add_parser("compile", help="lower + compile time of one training step per "
                         "method, as a ratio to softmax's")
     cp.add_argument("--config", default="lra/listops:quick",
-                    help="NAME|FILE.py[:ARG] of the training config (attention= is set per "
-                    "method)")
+                    help="NAME|FILE.py[:ARG] of the training config (attention= set per method)")
     cp.add_argument("--methods", nargs="+", type=_method, default=None, metavar="METHOD",
                     help="registry names (default: every registered method)")
     cp.add_argument("--repeats", type=int, default=1,
