@@ -2,7 +2,8 @@
 
 Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html`` (the ``docs`` extra).
 Pages are MyST Markdown; the API pages are reStructuredText because autodoc's generated
-content is reStructuredText. Notebooks are shown as stored (without outputs), not executed.
+content is reStructuredText. Notebooks are shown from ``docs/notebooks/``: copies with their
+outputs, written by ``docs/execute_notebooks.py``; the build executes nothing.
 Math is rendered in the browser by a MathJax copy bundled with the site
 (``sphinx-mathjax-offline``), so pages need no network.
 """
@@ -32,7 +33,7 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md", "execute_notebooks.py"]
 root_doc = "index"
 
 # MyST: $...$ and $$...$$ math, ::: fences, heading anchors for links between pages.
