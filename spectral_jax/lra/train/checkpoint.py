@@ -148,10 +148,13 @@ class Checkpointer:
 
 
 def _set_aside_incomplete(directory: str) -> None:
-    """Renames step directories missing any of ``REQUIRED_FILES``, warning for each."""
-    if not os.path.isdir(directory):
-        return
-    for name in sorted(os.listdir(directory)):
+    """Renames step directories missing any of ``REQUIRED_FILES``, warning for each.
+
+    Every process reaches the closing barrier, whether or not it finds ``directory``: one
+    process may look before another has created it, and a barrier skipped by one process
+    meets the next barrier of the others.
+    """
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
         path = os.path.join(directory, name)
         if not (name.isdigit() and os.path.isdir(path)):
             continue
