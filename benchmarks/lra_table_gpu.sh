@@ -17,7 +17,7 @@
 # checkpoints (`spectral-jax sweep`), so a table can grow over several lent sessions. Needs
 # the package installed with the `lra` extra and a jaxlib for the device.
 set -euo pipefail
-if [[ $# -lt 1 || "$1" == -* ]]; then
+if [[ $# -lt 1 || $# -gt 2 || "$1" == -* ]]; then
     echo "usage: bash benchmarks/lra_table_gpu.sh OUT [--smoke]" >&2
     exit 2
 fi
@@ -60,18 +60,19 @@ tasks+=("pathfinder:$data")
 [[ -n "${IMAGE_DATA:-}" ]] && tasks+=("image:$IMAGE_DATA")
 [[ -n "${PATHX_DATA:-}" ]] && tasks+=("pathx:$PATHX_DATA")
 
+run() {  # run TASK DATA_DIR SWEEP_DIR METHODS [overrides...]
+    local task="$1" dir="$2" sweep="$3" names="$4"
+    shift 4
+    "${cli[@]}" sweep --config "lra/$task:protocol=$protocol" --attention "$names" \
+        --workdir "$sweep" "--config.data.dir=$dir" "${extra[@]}" "$@"
+}
+
 sweeps=()
 for entry in "${tasks[@]}"; do
     task="${entry%%:*}"
     dir="${entry#*:}"
-    run() {  # run SWEEP_DIR METHODS [overrides...]
-        local sweep="$1" names="$2"
-        shift 2
-        "${cli[@]}" sweep --config "lra/$task:protocol=$protocol" --attention "$names" \
-            --workdir "$sweep" "--config.data.dir=$dir" "${extra[@]}" "$@"
-    }
-    run "$out/$task" "$methods"
-    run "$out/$task-rope" softmax --config.model.positional=rope
+    run "$task" "$dir" "$out/$task" "$methods"
+    run "$task" "$dir" "$out/$task-rope" softmax --config.model.positional=rope
     sweeps+=("$out/$task" "$out/$task-rope")
 done
 

@@ -33,7 +33,7 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md", "execute_notebooks.py"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]
 root_doc = "index"
 
 # MyST: $...$ and $$...$$ math, ::: fences, heading anchors for links between pages.

@@ -1,15 +1,17 @@
 """Which cases of the registry-wide tests run in the `not slow` suite, and which only in full.
 
-The `not slow` suite (CI's, ≤ 10 minutes on two cores) keeps every test of a method's own
-maths for every method: exactness against the float64 references, padding, batch
-independence, gradients, masks, every sequence-parallel form on 8 devices, every decode
-form against its causal run (``tests/test_decode_pure.py``). The tests of a layer *around*
-the methods (modules, Linen, RoPE, dropout, grouped layers, decoding through models, the
-grouped sharded call) run there for one method per code path that layer takes, the first
-registered method with each value of the registry field that picks the path; the full
-suite (``python -m pytest -n 2``, no ``-m``) runs every method. A few repeated settings
-(2 and 4 devices besides 8, multi-query besides grouped-query heads, a second signal or
-schedule, the other LRA tasks' smoke runs) are likewise left to the full suite.
+The `not slow` suite (CI's, about 10 minutes on two cores) runs every method through the
+float64 references, padding, batch independence, gradients, bfloat16, grouped heads, its
+sharded form on 8 devices and every decode form against its causal run
+(``tests/test_decode_pure.py``). Tests whose subject is a mechanism shared by the methods run
+there for one method per code path that mechanism takes, the first registered method with
+each value of the registry field that picks the path: the layers around the methods
+(modules, Linen, RoPE, dropout, grouped layers, decoding through models, the grouped sharded
+call) and the shared argument handling (sequence lengths and Flax float masks, reduced to
+padding by the common prologue; band masks refused; batch-axis masks and collectives of a
+split sequence). The full suite (``python -m pytest -n 2``, no ``-m``) runs every method. A
+few repeated settings (2 and 4 devices besides 8, multi-query besides grouped-query heads, a
+second signal or schedule, the other LRA tasks' smoke runs) are likewise left to it.
 """
 
 from __future__ import annotations

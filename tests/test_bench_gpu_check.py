@@ -76,3 +76,6 @@ def test_lra_table_smoke_trains_every_method_on_every_generated_task(tmp_path):
     bad = subprocess.run(["bash", str(ROOT / "benchmarks/lra_table_gpu.sh"), str(out), "--fast"],
                          env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown option --fast" in bad.stderr
+    extra = subprocess.run(["bash", str(ROOT / "benchmarks/lra_table_gpu.sh"), str(out),
+                            "--smoke", "--fast"], env=env, capture_output=True, text=True)
+    assert extra.returncode == 2 and "usage:" in extra.stderr
