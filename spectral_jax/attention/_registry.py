@@ -35,7 +35,7 @@ ATTENTIONS: dict[str, AttentionSpec] = {
             recorded=("num_landmarks", "pinv_iterations", "shift", "num_delta_rows"),
             budget="num_landmarks", conv_skip=True, test_budget=8,
             sequence_parallel="landmark_reductions",
-            communication="2m(d + d_v + 2) + s(d + 2m + 6) + 3P + 3"),
+            communication="2m(d + d_v + 2) + s(d + m + 6) + 3P + 3"),
         AttentionSpec(
             name="skyformer", fn=landmark.skyformer_attention,
             source="Chen et al. 2021, §4.2 eq. 4-6",

@@ -92,16 +92,16 @@ def _split_trace_terms(
 
 
 def _paired_trace_terms(
-    kern: LandmarkKernels, z: Array, rows: Array, diag: Array, row_valid: Array,
+    kern: LandmarkKernels, z: Array, rows: Array, f_rows: Array, diag: Array,
+    row_valid: Array,
 ) -> tuple[Array, Array]:
     """Σ_i (S_ii − N_ii) and Σ_i (1 − N_ii) over the sampled rows i, N_ii = F_i Z B_{:,i}.
 
     O(s·m²): both sums come from the same rows, so their sampling errors largely cancel in
     the ratio δ, and it is exact whenever both diagonals are constant (or every valid row is
-    sampled).
+    sampled). ``f_rows`` is F at ``rows``.
     """
-    nystrom_diag = jnp.sum((_seq.take(kern.f, rows) @ z) * _seq.take(kern.b, rows, 1).T,
-                           axis=-1)
+    nystrom_diag = jnp.sum((f_rows @ z) * _seq.take(kern.b, rows, 1).T, axis=-1)
     residual = jnp.sum(jnp.where(row_valid, diag - nystrom_diag, 0.0))
     room = jnp.sum(jnp.where(row_valid, 1.0 - nystrom_diag, 0.0))
     return residual, room
@@ -109,13 +109,15 @@ def _paired_trace_terms(
 
 def _shifted_kernels(
     q: Array, k: Array, q_valid: Array, k_valid: Array, rows: Array, num_landmarks: int
-) -> tuple[LandmarkKernels, Array]:
-    """F, A, B as :func:`landmark_kernels`, and S_ii at ``rows`` from the same pass over K.
+) -> tuple[LandmarkKernels, Array, Array]:
+    """F, A, B as :func:`landmark_kernels`, S_ii at ``rows`` from the same pass over K, and
+    F's rows at ``rows``.
 
     The sampled query rows are stacked under the query landmarks, so one matmul and one
     masked softmax over the keys give both B and the sampled rows of S (forward and
     backward): S_ii is then read off the normalised row rather than from a separate
-    logsumexp.
+    logsumexp. F's sampled rows are recomputed from the gathered query rows (s x m), not
+    gathered from F, whose gather would cost an n x m scatter in the backward pass.
     """
     m = num_landmarks
     q_lm, q_lm_valid = segment_means(q, q_valid, m)
@@ -123,11 +125,13 @@ def _shifted_kernels(
     f_logits = q @ k_lm.T
     f = _common.masked_softmax(f_logits, k_lm_valid[None, :])
     a = _common.masked_softmax(q_lm @ k_lm.T, k_lm_valid[None, :]) * q_lm_valid[:, None]
-    rows_b = _seq.softmax(jnp.concatenate([q_lm, _seq.take(q, rows)]) @ k.T, k_valid[None, :])
+    q_rows = _seq.take(q, rows)
+    f_rows = _common.masked_softmax(q_rows @ k_lm.T, k_lm_valid[None, :])
+    rows_b = _seq.softmax(jnp.concatenate([q_lm, q_rows]) @ k.T, k_valid[None, :])
     b = rows_b[:m] * q_lm_valid[:, None]
     # A padded key's S_ii is zero here (the softmax gives masked entries zero weight).
     diag = _seq.take_entries(rows_b[m:], rows)
-    return LandmarkKernels(f, a, b, k_lm_valid, k_lm, f_logits), diag
+    return LandmarkKernels(f, a, b, k_lm_valid, k_lm, f_logits), diag, f_rows
 
 
 def _shift_head(
@@ -150,12 +154,13 @@ def _shift_head(
     diag_valid = q_valid & k_valid
     rows, row_valid = _sampled_rows(
         diag_valid, shift, delta_rows(shift, num_delta_rows, num_landmarks))
-    kern, diag = _shifted_kernels(q, k, q_landmark_valid, k_valid, rows, num_landmarks)
+    kern, diag, f_rows = _shifted_kernels(q, k, q_landmark_valid, k_valid, rows,
+                                          num_landmarks)
     z = iterative_pinv(kern.a, pinv_iterations, pinv_init, norm=pinv_scale)
     if shift == "split":
         residual, room, bv = _split_trace_terms(kern, z, v, diag, diag_valid, row_valid)
     else:
-        residual, room = _paired_trace_terms(kern, z, rows, diag, row_valid)
+        residual, room = _paired_trace_terms(kern, z, rows, f_rows, diag, row_valid)
         bv = None
     # δ makes the trace of (1 − δ) F Z B + δ I match S's (over the sampled rows). Clipped
     # to [0, 1] so that every row stays a convex mix of a Nyström row and an identity row
@@ -175,7 +180,9 @@ def _shift_head(
     # Scaling F's rows before the product (not the product after) lets the backward pass
     # take δ's cotangent from F ∘ (G Wᵀ), which it forms for F's anyway, instead of
     # recomputing F W.
-    out = (keep * kern.f) @ w + delta * jnp.where(diag_valid[:, None], v, 0.0)
+    # v is already zero at padded keys (``_common.lift``), so δ·v adds nothing to a query
+    # whose own key is padding; padded queries are zeroed below.
+    out = (keep * kern.f) @ w + delta * v
     return jnp.where(q_valid[:, None], out, 0.0)
 
 
