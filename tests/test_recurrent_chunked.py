@@ -221,6 +221,20 @@ def test_transition_composes_shards(float64):
     np.testing.assert_allclose(_chunk.apply_transition(m, s0) + ext, final, atol=1e-12)
 
 
+@pytest.mark.parametrize("c", [1, 5, 16])
+def test_unit_lower_inverse_and_its_gradient_float64(c, float64):
+    # The UT transform's T = (I + L)^-1: the value, and the written-out gradient against
+    # autodiff of a dense inverse, for a strictly lower L (C = 5 is padded to 8 inside).
+    rng = np.random.default_rng(c)
+    lower = jnp.asarray(np.tril(rng.normal(size=(c, c)) / c, -1))
+    weights = jnp.asarray(rng.normal(size=(c, c)))
+    dense = jnp.linalg.inv(jnp.eye(c) + lower)
+    np.testing.assert_allclose(_chunk._unit_lower_inverse(lower), dense, atol=1e-13)
+    grad = jax.grad(lambda x: jnp.sum(weights * _chunk._unit_lower_inverse(x)))(lower)
+    want = jax.grad(lambda x: jnp.sum(weights * jnp.linalg.inv(jnp.eye(c) + x)))(lower)
+    np.testing.assert_allclose(grad, np.tril(want, -1), atol=1e-12)
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda x: rec.gla_attention(x, x, x, g=jnp.full((1, 8, 2, 4), 0.5)), "`g` must lie in"),
     (lambda x: rec.gla_attention(x, x, x, g=jnp.zeros((1, 7, 2, 4))), "`g` must have shape"),
