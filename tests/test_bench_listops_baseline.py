@@ -89,3 +89,34 @@ def test_token_frequency_baseline_sees_counts_not_positions(tmp_path, capsys):
     predict = script.fit(x, labels, hidden=0, steps=50, learning_rate=0.05)
     assert len(set(predict(x).tolist())) == 1
     assert np.mean(predict(x) == labels) <= 1 / 3 + 1e-9
+
+
+def test_depth_reader_evaluates_the_top_levels_and_guesses_below(tmp_path, capsys):
+    script = _load_script("depth_baseline")
+    guess = {"[MAX": 9, "[MIN": 0, "[MED": 4, "[SM": 2}
+    # MAX(1, MIN(7, SM(5, 6)), 3): exact value 3 (MIN(7, 1) = 1; MAX(1, 1, 3) = 3).
+    tree, end = script.parse("[MAX 1 [MIN 7 [SM 5 6 ] ] 3 ]".split())
+    assert end == 11 and script.value(tree) == 3
+    assert script.read_to_depth(tree, 0, guess) == 9  # the root operator's guess
+    assert script.read_to_depth(tree, 1, guess) == 3  # MAX(1, guess MIN = 0, 3)
+    assert script.read_to_depth(tree, 2, guess) == 3  # MAX(1, MIN(7, guess SM = 2), 3)
+    assert script.read_to_depth(tree, 3, guess) == 3  # exact
+    # The guesses come from every node of an operator in training: MIN's nodes are 0, 0, 2.
+    train = [("( [MIN 0 4 ] )", 0), ("( [MAX [MIN 0 1 ] 9 ] )", 9),
+             ("( [MAX [MIN 2 3 ] 9 ] )", 9)]
+    held_out = [("( [MAX 4 [MIN 3 8 ] ] )", 4), ("( [MIN 5 [MAX 6 7 ] ] )", 5)]
+    _write(tmp_path / SPLIT_FILES["train"], train)
+    for split in ("validation", "test"):
+        _write(tmp_path / SPLIT_FILES[split], held_out)
+    argv, sys.argv = sys.argv, ["depth_baseline.py", str(tmp_path), "--depths", "0", "1", "2"]
+    try:
+        script.main()
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out.splitlines()
+    assert "{'[MIN': 0, '[MAX': 9}" in out[0]
+    # Depth 0: MAX -> 9 (wrong, 4), MIN -> 0 (wrong, 5). Depth 1: MAX(4, 0) = 4 right,
+    # MIN(5, 9) = 5 right. Depth 2: exact.
+    for line in out[1:]:
+        assert "depth 0: 0.00%" in line and "depth 1: 100.00%" in line
+        assert "depth 2: 100.00%" in line
