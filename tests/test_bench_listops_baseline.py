@@ -6,6 +6,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from spectral_jax.lra.data.listops import SPLIT_FILES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,3 +122,17 @@ def test_depth_reader_evaluates_the_top_levels_and_guesses_below(tmp_path, capsy
     for line in out[1:]:
         assert "depth 0: 0.00%" in line and "depth 1: 100.00%" in line
         assert "depth 2: 100.00%" in line
+
+
+def test_fewest_levels_buckets_each_expression_by_the_reader_it_needs():
+    script = _load_script("accuracy_by_depth")
+    guess = {"[MAX": 9, "[MIN": 0, "[MED": 4, "[SM": 2}
+    sources = ["[MAX 9 1 ]", "[MAX 1 [MIN 7 [SM 5 6 ] ] 3 ]", "[MIN 5 [MAX 6 [SM 7 8 ] ] ]"]
+    trees = [script.depth_baseline.parse(s.split())[0] for s in sources]
+    labels = np.array([script.depth_baseline.value(t) for t in trees])  # 9, 3, 5
+    # 9: the root's guess is right; 3: MAX(1, guess 0, 3) = 3; 5: MIN(5, guess 9) = 5.
+    np.testing.assert_array_equal(script.fewest_levels(trees, labels, guess), [0, 1, 1])
+    deep = script.depth_baseline.parse("[SM 4 [MAX 6 [SM 7 8 ] ] ]".split())[0]
+    # SM(4, MAX(6, 5)) = 0; level 0 guesses 2, level 1 SM(4, 9) = 3, level 2 SM(4, MAX(6, 2))
+    # = 0.
+    assert script.fewest_levels([deep], np.array([0]), guess).tolist() == [2]

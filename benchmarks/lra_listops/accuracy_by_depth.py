@@ -1,0 +1,94 @@
+"""A trained ListOps classifier's accuracy by how deep an expression must be read.
+
+Each test expression is put in the bucket of the fewest operator levels D that
+``depth_baseline.py``'s reader must evaluate to get its label right (D = 0: the root
+operator's most frequent value is right; D = 1: the root applied to its digits and to
+guesses for its nested operators; ...). A model that reads only the root operator is right
+on bucket 0 and near chance elsewhere; one that finds the root's direct arguments is also
+right on bucket 1.
+
+Usage:
+    python benchmarks/lra_listops/accuracy_by_depth.py WORKDIR [--checkpoint best] \
+        [--split test] [--train-rows 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import nnx
+
+from spectral_jax.lra.data.listops import SPLIT_FILES
+from spectral_jax.lra.train import run as run_lib
+
+_spec = importlib.util.spec_from_file_location(
+    "depth_baseline", Path(__file__).with_name("depth_baseline.py"))
+depth_baseline = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(depth_baseline)
+
+
+def predictions(workdir: str, checkpoint: str, split: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(predicted labels, true labels, step)`` of the run's checkpoint on ``split``."""
+    run, state, step = run_lib.restore_for_evaluation(workdir, checkpoint)
+    data = run.task.splits[split]
+    with jax.set_mesh(run.mesh):
+        model, _ = nnx.merge(run.setup.graphdef, run.setup.rng_state, state)
+        forward = nnx.jit(lambda m, x, mask: m(x, mask, deterministic=True).argmax(-1))
+        size = run.eval_batch_size
+        out = []
+        for start in range(0, len(data.labels), size):
+            x, mask = data.inputs[start:start + size], data.mask[start:start + size]
+            pad = size - len(x)  # whole batches only, so one compiled shape
+            x = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)])
+            mask = np.concatenate([mask, np.zeros((pad, *mask.shape[1:]), mask.dtype)])
+            out.append(np.asarray(forward(model, x, mask))[:size - pad])
+    return np.concatenate(out), np.asarray(data.labels), step
+
+
+def fewest_levels(trees: list, labels: np.ndarray, guess: dict, deepest: int = 12) -> np.ndarray:
+    """Per example, the fewest operator levels the depth reader needs to be right."""
+    need = np.full(len(labels), deepest)
+    for i, (tree, label) in enumerate(zip(trees, labels)):
+        for d in range(deepest):
+            if depth_baseline.read_to_depth(tree, d, guess) == label:
+                need[i] = d
+                break
+    return need
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workdir")
+    parser.add_argument("--checkpoint", default="best")
+    parser.add_argument("--split", default="test", choices=("validation", "test"))
+    parser.add_argument("--train-rows", type=int, default=10000)
+    args = parser.parse_args()
+    predicted, labels, step = predictions(args.workdir, args.checkpoint, args.split)
+    data_dir = Path(run_lib.workdir_lib.read_config(args.workdir).data.dir)
+    train, _ = depth_baseline.read_split(data_dir / SPLIT_FILES["train"], args.train_rows)
+    counts: dict = collections.defaultdict(collections.Counter)
+    for tree in train:
+        depth_baseline.node_values(tree, counts)
+    guess = {op: c.most_common(1)[0][0] for op, c in counts.items()}
+    trees, file_labels = depth_baseline.read_split(data_dir / SPLIT_FILES[args.split], None)
+    if len(trees) != len(labels) or not np.array_equal(file_labels, labels):
+        raise SystemExit(f"{args.split}: the run's split and {data_dir} disagree")
+    need = fewest_levels(trees, labels, guess)
+    right = predicted == labels
+    print(f"{args.workdir}, step {step}, {args.split}: accuracy {100 * right.mean():.2f}% "
+          f"on {len(labels)}")
+    print("| levels the reader needs | examples | model accuracy |")
+    print("|---|---:|---:|")
+    for d in range(need.max() + 1):
+        sel = need == d
+        if sel.any():
+            print(f"| {d} | {sel.sum()} | {100 * right[sel].mean():.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
