@@ -50,6 +50,8 @@ TASK_ARGS: dict[str, Any] = {
 # them did not pretrain: workdir.config_mismatch reads them as these defaults.
 PRETRAIN_DEFAULTS: dict[str, Any] = {
     "pretrain_steps": 0, "pretrain_objective": "auto", "pretrain_mask_rate": 0.5}
+# Fields added after runs were recorded: a recorded run without them had these values.
+RECORDED_DEFAULTS: dict[str, Any] = {**PRETRAIN_DEFAULTS, "init_from": None}
 # Config fields that an lra/<task> config's argument determines: an override of one re-runs
 # get_config with that argument (fields derived from it follow) instead of setting the field
 # alone.
@@ -215,7 +217,7 @@ def build_config(
     train_defaults = {
         "steps": 1000, "batch_size": 32, "eval_batch_size": None, "eval_every": 100,
         "eval_steps": -1, "log_every": 50, "keep_checkpoints": 2, "grad_clip_norm": None,
-        "redraw_features_every": 0, **PRETRAIN_DEFAULTS,
+        "redraw_features_every": 0, **RECORDED_DEFAULTS,
         "optimizer": {"learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6,
                       "weight_decay": 0.0},
         "schedule": {"name": "linear", "warmup_steps": 0, "steps_per_cycle": None},
@@ -233,7 +235,8 @@ def build_config(
 
 # The types of fields whose default is None, so that a command-line override is parsed by
 # type (ml_collections placeholders; config.json is unchanged: a placeholder is null).
-_TRAIN_TYPES = {"eval_batch_size": int, "grad_clip_norm": float, "steps_per_cycle": int}
+_TRAIN_TYPES = {"eval_batch_size": int, "grad_clip_norm": float, "steps_per_cycle": int,
+                "init_from": str}
 
 
 def _typed(values: dict[str, Any], types: dict[str, type]) -> dict[str, Any]:
@@ -340,9 +343,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     _checks.number(_OWNER, "train.optimizer.weight_decay", opt.weight_decay, low=0.0)
     _checks.positive_int(_OWNER, "train.schedule.steps_per_cycle", train.schedule.steps_per_cycle,
                          allow_none=True)
-    from spectral_jax.lra.train.pretrain import check_config
+    from spectral_jax.lra.train import pretrain, warm_start
 
-    check_config(config)
+    pretrain.check_config(config)
+    warm_start.check_config(config)
 
 
 def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:

@@ -20,7 +20,7 @@ from flax import nnx
 
 from spectral_jax import _checks
 from spectral_jax.lra import data
-from spectral_jax.lra.train import distributed, pretrain_stage, report
+from spectral_jax.lra.train import distributed, pretrain_stage, report, warm_start
 from spectral_jax.lra.train import pretrain as pretrain_lib
 from spectral_jax.lra.train import run as run_lib
 from spectral_jax.lra.train import workdir as workdir_lib
@@ -98,6 +98,8 @@ def train_and_evaluate(
             state, meta = run.checkpoints.restore(start_step, state)
         elif pretrain_lib.enabled(config):  # the fine-tune starts from the pretrained encoder
             state = pretrain_stage.run_stage(run, stop)
+        elif warm_start.enabled(config):  # a curriculum's next stage
+            state = warm_start.warm_start(run, config.train.init_from)
         writer = MetricWriter(workdir, enabled=run.is_main, resume_step=start_step,
                               **pretrain_lib.writer_stage(config))
         reporter = Reporter(config.train.steps, start=start_step or 0, enabled=run.is_main)

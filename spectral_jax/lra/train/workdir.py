@@ -174,10 +174,10 @@ def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | No
     with open(path) as f:
         existing = json.load(f)
     wanted = json.loads(config.to_json(sort_keys=True))
-    if isinstance(existing.get("train"), dict):  # recorded before the pretraining fields
-        from spectral_jax.lra.train.config_lib import PRETRAIN_DEFAULTS
+    if isinstance(existing.get("train"), dict):  # recorded before some train fields existed
+        from spectral_jax.lra.train.config_lib import RECORDED_DEFAULTS
 
-        existing["train"] = {**PRETRAIN_DEFAULTS, **existing["train"]}
+        existing["train"] = {**RECORDED_DEFAULTS, **existing["train"]}
     for recorded in (existing, wanted):
         if isinstance(recorded.get("data"), dict) and isinstance(recorded["data"].get("dir"), str):
             recorded["data"]["dir"] = os.path.realpath(recorded["data"]["dir"])
