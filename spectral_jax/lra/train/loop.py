@@ -99,7 +99,9 @@ def train_and_evaluate(
         elif pretrain_lib.enabled(config):  # the fine-tune starts from the pretrained encoder
             state = pretrain_stage.run_stage(run, stop)
         elif warm_start.enabled(config):  # a curriculum's next stage
-            state = warm_start.warm_start(run, config.train.init_from)
+            source = config.train.init_from
+            _, source_state, source_step = run_lib.restore_for_evaluation(source, "best")
+            state = warm_start.warm_start(run, source, source_state, source_step)
         writer = MetricWriter(workdir, enabled=run.is_main, resume_step=start_step,
                               **pretrain_lib.writer_stage(config))
         reporter = Reporter(config.train.steps, start=start_step or 0, enabled=run.is_main)

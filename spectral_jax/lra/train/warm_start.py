@@ -92,18 +92,15 @@ def copy_model(target: nnx.State, source: nnx.State) -> tuple[nnx.State, dict[st
     return state, report
 
 
-def warm_start(run: Any, source: str) -> nnx.State:
-    """``run``'s initial state with the model of the best checkpoint of the run in ``source``.
+def warm_start(run: Any, source: str, source_state: nnx.State, step: int) -> nnx.State:
+    """``run``'s initial state with the model of ``source_state``, the checkpoint at ``step`` of
+    the run in ``source`` (``run.restore_for_evaluation(source, "best")`` restores it).
 
     Raises:
-        FileNotFoundError: no run or no checkpoint in ``source``.
         spectral_jax.UsageError: parameters whose shapes differ (see :func:`copy_model`).
     """
-    from spectral_jax.lra.train import run as run_lib
-
-    _, state, step = run_lib.restore_for_evaluation(source, "best")
     with jax.set_mesh(run.mesh):
-        new_state, report = copy_model(run.setup.state, state)
+        new_state, report = copy_model(run.setup.state, source_state)
     if run.is_main:
         print(f"Starting from the model of {source} (step {step}): "
               f"{len(report['copied'])} parameters copied, "
