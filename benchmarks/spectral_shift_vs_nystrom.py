@@ -7,7 +7,7 @@ the per-pair ratios. Layout as ``spectral-jax bench speed``: batch 1, 4 heads, h
 float32, each method's defaults (64 landmarks; spectral shifting's paired δ from 32 rows).
 
 Usage:
-    python benchmarks/spectral_shift_vs_nystrom.py --length 8192 --pairs 61 --blocks 3 \
+    python benchmarks/spectral_shift_vs_nystrom.py --length 8192 --pairs 61 --blocks 5 \
         --out benchmarks/spectral_shift_vs_nystrom.json
 """
 

@@ -86,3 +86,24 @@ def test_init_from_and_pretraining_exclude_each_other(tmp_path):
     with pytest.raises(UsageError, match="train.init_from=.*train.pretrain_steps=2"):
         train_and_evaluate(_config(tmp_path, 32, "train.init_from=/x",
                                    "train.pretrain_steps=2"), str(tmp_path / "w"))
+
+
+def test_a_source_without_a_checkpoint_or_the_workdir_itself_is_refused_before_claiming(
+        tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    work = tmp_path / "w"
+    with pytest.raises(UsageError, match=r"train.init_from=.*empty.* holds no checkpoint"):
+        train_and_evaluate(_config(tmp_path / "data", 32, f"train.init_from={empty}"), str(work))
+    assert not (work / "config.json").exists()  # the fixed command can rerun in place
+    with pytest.raises(UsageError, match="is the run's own workdir"):
+        train_and_evaluate(_config(tmp_path / "data", 32, f"train.init_from={work}"), str(work))
+
+
+def test_copy_model_refuses_source_parameters_the_model_lacks(tmp_path):
+    # A CLS token in the source only: its position table is one row longer, so every
+    # position would be shifted by one.
+    source, _ = _state(_config(tmp_path, 32, "model.pooling=cls"))
+    target, mesh = _state(_config(tmp_path, 32))
+    with jax.set_mesh(mesh), pytest.raises(UsageError, match=r"lacks: \['encoder/embedding/cls'\]"):
+        warm_start.copy_model(target, source)

@@ -15,7 +15,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import collections
 import importlib.util
 from pathlib import Path
 
@@ -71,10 +70,7 @@ def main() -> None:
     predicted, labels, step = predictions(args.workdir, args.checkpoint, args.split)
     data_dir = Path(run_lib.workdir_lib.read_config(args.workdir).data.dir)
     train, _ = depth_baseline.read_split(data_dir / SPLIT_FILES["train"], args.train_rows)
-    counts: dict = collections.defaultdict(collections.Counter)
-    for tree in train:
-        depth_baseline.node_values(tree, counts)
-    guess = {op: c.most_common(1)[0][0] for op, c in counts.items()}
+    guess = depth_baseline.operator_guesses(train)
     trees, file_labels = depth_baseline.read_split(data_dir / SPLIT_FILES[args.split], None)
     if len(trees) != len(labels) or not np.array_equal(file_labels, labels):
         raise SystemExit(f"{args.split}: the run's split and {data_dir} disagree")

@@ -68,6 +68,17 @@ def read_to_depth(tree: object, depth: int, guess: dict[str, int]) -> int:
     return _apply(op, [read_to_depth(c, depth - 1, guess) for c in children])
 
 
+def operator_guesses(trees: list) -> dict[str, int]:
+    """Per operator, the value most frequent among its nodes in ``trees``; an operator with
+    no node there gets the most frequent value of all nodes."""
+    counts: dict = collections.defaultdict(collections.Counter)
+    for tree in trees:
+        node_values(tree, counts)
+    overall = sum(counts.values(), collections.Counter()).most_common(1)[0][0]
+    return {op: counts[op].most_common(1)[0][0] if counts[op] else overall
+            for op in OPERATORS}
+
+
 def read_split(path: Path, rows: int | None) -> tuple[list[object], np.ndarray]:
     trees, labels = [], []
     with open(path, newline="") as f:
@@ -86,10 +97,7 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=list(range(7)))
     args = parser.parse_args()
     train, _ = read_split(args.data_dir / SPLIT_FILES["train"], args.train_rows)
-    counts: dict = collections.defaultdict(collections.Counter)
-    for tree in train:
-        node_values(tree, counts)
-    guess = {op: c.most_common(1)[0][0] for op, c in counts.items()}
+    guess = operator_guesses(train)
     print(f"guess per operator (from {len(train)} training rows): {guess}")
     for split in ("validation", "test"):
         trees, labels = read_split(args.data_dir / SPLIT_FILES[split], None)

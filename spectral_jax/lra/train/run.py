@@ -23,7 +23,7 @@ from flax import nnx
 from spectral_jax import UsageError, _checks
 from spectral_jax.lra import data as data_lib
 from spectral_jax.lra.train import checkpoint as checkpoint_lib
-from spectral_jax.lra.train import distributed, objectives
+from spectral_jax.lra.train import distributed, objectives, warm_start
 from spectral_jax.lra.train import pretrain as pretrain_lib
 from spectral_jax.lra.train import steps as steps_lib
 from spectral_jax.lra.train import workdir as workdir_lib
@@ -203,6 +203,11 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str, *, training: bool
                                                   shuffle=False))
             jax.eval_shape(setup.steps.train, setup.rng_state, setup.state,
                            distributed.global_batch(first, distributed.batch_sharding(mesh)))
+    if training and warm_start.enabled(config):
+        # Before the workdir is claimed: a wrong source leaves nothing to clean up.
+        warm_start.check_source(config.train.init_from, workdir_lib.CHECKPOINT_DIR, workdir,
+                                starts_fresh=overwrite or not os.path.isdir(
+                                    os.path.join(workdir, workdir_lib.CHECKPOINT_DIR)))
     if training and is_main:
         workdir_lib.write_workdir(workdir, config, overwrite=overwrite)
     checkpoints = checkpoint_lib.Checkpointer(
@@ -248,7 +253,8 @@ def open_for_training(
 
 
 def recorded_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """``config`` as a run records it in ``config.json``: a checked copy, ``data.dir`` absolute.
+    """``config`` as a run records it in ``config.json``: a checked copy, ``data.dir`` (and
+    ``train.init_from``, if set) absolute.
 
     Raises:
         spectral_jax.UsageError: an invalid config (see :func:`validate_config`).
@@ -256,6 +262,8 @@ def recorded_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
     config = ml_collections.ConfigDict(config.to_dict())
     validate_config(config)
     config.data.dir = os.path.abspath(config.data.dir)
+    if config.train.get("init_from"):
+        config.train.init_from = os.path.abspath(config.train.init_from)
     return config
 
 

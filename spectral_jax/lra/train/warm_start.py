@@ -13,6 +13,7 @@ LRA length from that model (``benchmarks/lra_listops/README.md``).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
@@ -50,6 +51,34 @@ def check_config(config: ml_collections.ConfigDict) -> None:
             f"{config.train.pretrain_steps}: both decide where the encoder starts; set one")
 
 
+def check_source(source: str, checkpoint_dir: str, workdir: str, *,
+                 starts_fresh: bool) -> None:
+    """Checks the run that ``train.init_from`` names, before ``workdir`` is claimed.
+
+    Args:
+      source: the source run directory.
+      checkpoint_dir: the name of a run's checkpoint folder.
+      workdir: the new run's directory.
+      starts_fresh: the new run has no checkpoint of its own (or ``--overwrite`` deletes
+        it): only then is the source read, and only then is it checked.
+
+    Raises:
+        spectral_jax.UsageError: ``source`` is ``workdir`` itself (``--overwrite`` would
+          delete it before it is read), or holds no checkpoint.
+    """
+    if not starts_fresh:
+        return
+    if os.path.realpath(source) == os.path.realpath(workdir):
+        raise UsageError(
+            f"train.init_from={source!r} is the run's own workdir: a new run cannot start "
+            "from itself (--overwrite would delete it first); copy it elsewhere, or resume it")
+    checkpoints = os.path.join(source, checkpoint_dir)
+    if not os.path.isdir(checkpoints) or not os.listdir(checkpoints):
+        raise UsageError(
+            f"train.init_from={source!r} holds no checkpoint (no {checkpoints}): it must name "
+            "the workdir of a run that has saved at least one")
+
+
 def copy_model(target: nnx.State, source: nnx.State) -> tuple[nnx.State, dict[str, Any]]:
     """``target`` (a ``(model, optimizer)`` state) with ``source``'s model parameters.
 
@@ -59,19 +88,29 @@ def copy_model(target: nnx.State, source: nnx.State) -> tuple[nnx.State, dict[st
       (not in the source).
 
     Raises:
-        spectral_jax.UsageError: a parameter in both with shapes that cannot be matched,
-          naming it and both shapes.
+        spectral_jax.UsageError: a parameter in both with shapes that cannot be matched or
+          dtypes that differ (naming it and both), or source parameters this model lacks.
     """
     pure = nnx.to_pure_dict(target)
     new = traverse_util.flatten_dict(pure[0])
     old = traverse_util.flatten_dict(nnx.to_pure_dict(source)[0])
     report: dict[str, list[str]] = {"copied": [], "resized": [], "kept": []}
+    dropped = sorted("/".join(map(str, p)) for p in set(old) - set(new))
+    if dropped:
+        # E.g. a CLS token in one model only, which also shifts every position by one.
+        raise UsageError(
+            f"train.init_from: the source run has parameters this model lacks: {dropped}; "
+            "build the same model (method, pooling, sizes) at the new length")
     for path, value in new.items():
         name = "/".join(map(str, path))
         if path not in old:
             report["kept"].append(name)
             continue
         given = old[path]
+        if given.dtype != value.dtype:
+            raise UsageError(
+                f"train.init_from: parameter {name} is {given.dtype} in the source run and "
+                f"{value.dtype} here; use the source run's model.param_dtype")
         if given.shape == value.shape:
             new[path] = jax.device_put(np.asarray(given), value.sharding)
             report["copied"].append(name)
@@ -94,7 +133,7 @@ def copy_model(target: nnx.State, source: nnx.State) -> tuple[nnx.State, dict[st
 
 def warm_start(run: Any, source: str, source_state: nnx.State, step: int) -> nnx.State:
     """``run``'s initial state with the model of ``source_state``, the checkpoint at ``step`` of
-    the run in ``source`` (``run.restore_for_evaluation(source, "best")`` restores it).
+    the run in ``source`` (``run_lib.restore_for_evaluation(source, "best")`` restores it).
 
     Raises:
         spectral_jax.UsageError: parameters whose shapes differ (see :func:`copy_model`).
