@@ -161,7 +161,8 @@ def profile(name: str, *, length: int, heads: int, head_dim: int, repeats: int, 
                for op, t in by_op.most_common(top)]
     return {"method": name, "length": length, "wall_s": wall,
             "seconds": {k: seconds[k] for k in KINDS}, "slowest": slowest,
-            "gflop_by_kind": {k: flop_by_kind[k] / 1e9 for k in MATMULS}, "xla_gflop": gflop, "xla_gbyte": gbyte}
+            "gflop_by_kind": {k: flop_by_kind[k] / 1e9 for k in MATMULS},
+            "xla_gflop": gflop, "xla_gbyte": gbyte}
 
 
 def long_matmul_gflops(length: int, head_dim: int = 64, repeats: int = 50) -> float:
