@@ -1,5 +1,6 @@
-"""`benchmarks/op_profile.py`: the compiled-HLO reader that sorts operations by kind and
-counts each matmul's FLOP."""
+"""The program readers of `benchmarks/`: `op_profile.py` sorts compiled HLO operations by
+kind and counts each matmul's FLOP; `program_size_by_line.py` charges StableHLO ops to the
+source lines that emit them."""
 
 from __future__ import annotations
 
@@ -41,3 +42,17 @@ def test_elementwise_and_data_movement_are_told_apart():
     x = jnp.ones((64, 48))
     assert _kinds(lambda x: jnp.exp(x) * 2.0, x) == {("elementwise", 0.0)}
     assert _kinds(lambda x: jnp.concatenate([x.T, x.T]), x) == {("data movement", 0.0)}
+
+
+def test_program_size_charges_ops_to_the_lines_that_emit_them():
+    spec = importlib.util.spec_from_file_location(
+        "program_size_by_line", ROOT / "benchmarks/program_size_by_line.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    counts, instructions = module.program_size("nystrom", batch=1, length=128, heads=1,
+                                               head_dim=8)
+    assert instructions > 0
+    # The three segment means, the pseudo-inverse and the kernels are Nyström's own lines.
+    assert any(where.startswith("attention/core/_landmarks.py") for where in counts)
+    assert any(where.startswith("attention/landmark/_pinv.py") for where in counts)
+    assert sum(counts.values()) > counts["?"] > 0
