@@ -78,7 +78,9 @@ def test_a_longer_run_starts_from_a_shorter_one_and_trains(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"Starting from the model of {short} (step 3)" in out
     assert "1 resized (encoder/embedding/position_table)" in out
-    assert json.loads((long / "results.json").read_text())["test_examples"] == 8
+    results = json.loads((long / "results.json").read_text())
+    assert results["test_examples"] == 8
+    assert results["init_from_step"] == 3  # the source's best checkpoint, as printed
     assert json.loads((long / "config.json").read_text())["train"]["init_from"] == str(short)
 
 

@@ -70,8 +70,9 @@ def train_and_evaluate(
         ``train_step_peak_bytes`` (the compiled train step's peak memory per device), ``compiles``
         (XLA compilations of each step in this run's training and final evaluation),
         ``extensions`` (``[]`` unless extended), ``pretrain`` (with ``train.pretrain_steps``:
-        the self-pretraining stage's summary, :mod:`spectral_jax.lra.train.pretrain`) and the
-        resolved ``config``.
+        the self-pretraining stage's summary, :mod:`spectral_jax.lra.train.pretrain`),
+        ``init_from_step`` (with ``train.init_from``: the source run's checkpoint the model
+        started from) and the resolved ``config``.
 
     Raises:
         spectral_jax.UsageError: invalid config (unknown task, method or protocol; batch size
@@ -102,6 +103,7 @@ def train_and_evaluate(
             source = config.train.init_from
             _, source_state, source_step = run_lib.restore_for_evaluation(source, "best")
             state = warm_start.warm_start(run, source, source_state, source_step)
+            meta["init_from_step"] = source_step  # recorded with every checkpoint
         writer = MetricWriter(workdir, enabled=run.is_main, resume_step=start_step,
                               **pretrain_lib.writer_stage(config))
         reporter = Reporter(config.train.steps, start=start_step or 0, enabled=run.is_main)
@@ -290,6 +292,8 @@ def _final_evaluation(run: run_lib.Run, state: nnx.State, meta: Meta) -> dict[st
         "test_loss": best["loss"],
         "final_test_accuracy": final["accuracy"],
         "final_test_loss": final["loss"],
+        **({"init_from_step": int(meta["init_from_step"])} if "init_from_step" in meta
+           else {}),
         "majority_baseline": data.majority_baseline(test),
         "test_examples": final["count"],
         **({"test_bits_per_byte": best["bits_per_byte"],
