@@ -35,7 +35,7 @@ def test_matmuls_are_told_apart_by_their_contraction_and_counted():
     # (512, 16) @ (16, 16): the contraction (16) is short beside the 512 output rows.
     assert ("matmul", 2.0 * 512 * 16 * 16) in _kinds(lambda a, b: a @ b, a, b)
     # (16, 512) @ (512, 16): a reduction over the 512 rows into a 16 × 16 matrix.
-    assert ("long matmul", 2.0 * 512 * 16 * 16) in _kinds(lambda a, b: a.T @ a, a, b)
+    assert ("long matmul", 2.0 * 512 * 16 * 16) in _kinds(lambda a: a.T @ a, a)
 
 
 def test_elementwise_and_data_movement_are_told_apart():
@@ -56,3 +56,28 @@ def test_program_size_charges_ops_to_the_lines_that_emit_them():
     assert any(where.startswith("attention/core/_landmarks.py") for where in counts)
     assert any(where.startswith("attention/landmark/_pinv.py") for where in counts)
     assert sum(counts.values()) > counts["?"] > 0
+
+
+def test_batched_matmuls_count_their_batch_and_contraction():
+    a = jnp.ones((4, 256, 8))
+    # (4, 8, 256) @ (4, 256, 8): per batch a reduction over 256 rows into an 8 × 8 matrix.
+    kinds = _kinds(lambda a: jnp.einsum("bnd,bne->bde", a, a), a)
+    assert ("long matmul", 2.0 * 4 * 8 * 8 * 256) in kinds
+
+
+def test_the_table_leaves_an_absent_kind_blank_and_sets_async_dots_apart():
+    op = _op_profile()
+    from spectral_jax.lra.bench import roofline
+
+    rates = roofline.MachineRates(100.0, 2048, 80.0, (8, 4), 10.0, 256)
+    row = {"method": "m", "length": 8, "wall_s": 1.0, "xla_gflop": 50.0, "xla_gbyte": 2.0,
+           "seconds": {"matmul": 0.4, "long matmul": 0.0, "elementwise": 0.3,
+                       "data movement": 0.2, "other": 0.0, "async": 0.1},
+           "gflop_by_kind": {"matmul": 20.0, "long matmul": 0.0, "async": 5.0}}
+    env = {"time": "t", "jax": "j", "cpu_count": 2, "load_average": "0"}
+    line = op.markdown([row], rates, {"matmul": 100.0, "long matmul": 50.0}, env
+                       ).splitlines()[-1]
+    # shares 40/0/30/20 and 10% async; matmul 20 GFLOP in 0.4 s = 50 GFLOP/s, half its
+    # shape's 100; no long matmul; bound 50/100 + 2/10 = 0.7 s of the 1 s wall.
+    assert line == ("| m | 1000.0 | 1000.0 | 40% | 0% | 30% | 20% | 10% | 50.0 (50%) | — "
+                    "| 700.0 | 70% |")

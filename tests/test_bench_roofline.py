@@ -27,17 +27,17 @@ def test_the_bound_is_the_roof_the_intensity_meets_first():
     assert out[3]["roof_fraction"] is None
 
 
-def test_the_serial_ceiling_is_one_half_at_the_balance():
+def test_the_no_overlap_ceiling_is_one_half_at_the_balance():
     # C = FLOP at the matmul roof, M = bytes at the copy roof; without overlap the time is
     # at least C + M, so the fraction of the larger roof is at most max(C, M) / (C + M).
     records = [{"gflop": 40.0, "gbyte": 2.0, "time_s": 0.5},    # C 0.2 s, M 0.1 s
                {"gflop": 10.0, "gbyte": 1.0, "time_s": 1.0},    # C = M = 0.05 s
                {"gflop": 2.0, "gbyte": 1.0, "time_s": 0.1}]     # C 0.01 s, M 0.05 s
     out = roofline.add_roofline(records, RATES)
-    assert [r["serial_ceiling"] for r in out] == pytest.approx([2 / 3, 0.5, 5 / 6])
-    assert [r["serial_fraction"] for r in out] == pytest.approx([0.6, 0.1, 0.6])
-    # No record's fraction of its roof can pass its ceiling unless work overlapped.
-    assert all(r["roof_fraction"] <= r["serial_ceiling"] for r in out)
+    assert [r["no_overlap_ceiling"] for r in out] == pytest.approx([2 / 3, 0.5, 5 / 6])
+    assert [r["no_overlap_fraction"] for r in out] == pytest.approx([0.6, 0.1, 0.6])
+    # A fraction of the roof above the ceiling needs compute and memory traffic overlapped.
+    assert all(r["roof_fraction"] <= r["no_overlap_ceiling"] for r in out)
 
 
 def test_calibrate_measures_positive_rates_and_checks_its_sizes():

@@ -128,11 +128,11 @@ def add_roofline(records: Sequence[dict[str, Any]], rates: MachineRates) -> list
     (``minor_faults_per_call · rates.fault_s``, at most 1), and ``roof_fraction_no_faults``,
     the fraction with that time taken out: what a caching allocator would give.
 
-    ``serial_ceiling`` is the highest ``roof_fraction`` a program can reach when its compute
-    and its memory traffic do not overlap (XLA:CPU runs one operation at a time): with C the
-    time of its FLOP at the matmul roof and M that of its bytes at the copy roof, it takes at
-    least C + M, so the fraction is at most max(C, M) / (C + M), one half at the balance.
-    ``serial_fraction`` is (C + M) over the measured time.
+    ``no_overlap_ceiling`` is the ``roof_fraction`` a program would reach if its compute and
+    its memory traffic never overlapped: with C the time of its FLOP at the matmul roof and M
+    that of its bytes at the copy roof it would take C + M, so max(C, M) / (C + M), one half
+    at the balance. It is a reference, not a limit (XLA:CPU runs some independent operations
+    side by side). ``no_overlap_fraction`` is (C + M) over the measured time.
 
     Example:
       >>> from spectral_jax.lra.bench.roofline import MachineRates, add_roofline
@@ -141,15 +141,15 @@ def add_roofline(records: Sequence[dict[str, Any]], rates: MachineRates) -> list
       ...     [{"gflop": 50.0, "gbyte": 1.0, "time_s": 1.0},
       ...      {"gflop": 5.0, "gbyte": 5.0, "time_s": 1.0}], rates)]
       ['compute', 'memory']
-      >>> [round(r["serial_ceiling"], 3) for r in add_roofline(
+      >>> [round(r["no_overlap_ceiling"], 3) for r in add_roofline(
       ...     [{"gflop": 50.0, "gbyte": 1.0, "time_s": 1.0}], rates)]  # C 0.5 s, M 0.1 s
       [0.833]
     """
     out = []
     for r in records:
         r = dict(r, gflops=None, gbs=None, intensity=None, bound=None, roof_fraction=None,
-                 fault_share=None, roof_fraction_no_faults=None, serial_ceiling=None,
-                 serial_fraction=None)
+                 fault_share=None, roof_fraction_no_faults=None, no_overlap_ceiling=None,
+                 no_overlap_fraction=None)
         if r.get("time_s") and r.get("gflop") and r.get("gbyte"):
             r["gflops"], r["gbs"] = r["gflop"] / r["time_s"], r["gbyte"] / r["time_s"]
             r["intensity"] = r["gflop"] / r["gbyte"]
@@ -159,9 +159,9 @@ def add_roofline(records: Sequence[dict[str, Any]], rates: MachineRates) -> list
                                   else r["gbs"] / rates.copy_gbs)
             at_compute_roof = r["gflop"] / rates.matmul_gflops
             at_memory_roof = r["gbyte"] / rates.copy_gbs
-            serial = at_compute_roof + at_memory_roof
-            r["serial_ceiling"] = max(at_compute_roof, at_memory_roof) / serial
-            r["serial_fraction"] = serial / r["time_s"]
+            no_overlap = at_compute_roof + at_memory_roof
+            r["no_overlap_ceiling"] = max(at_compute_roof, at_memory_roof) / no_overlap
+            r["no_overlap_fraction"] = no_overlap / r["time_s"]
             if rates.fault_s is not None and r.get("minor_faults_per_call") is not None:
                 share = min(r["minor_faults_per_call"] * rates.fault_s / r["time_s"], 1.0)
                 r["fault_share"] = share
@@ -191,7 +191,7 @@ def markdown(records: Sequence[dict[str, Any]], rates: MachineRates, title: str)
            f"; {1e6 * rates.fault_s:.2f} µs per page fault (the copy to a fresh output)")
         + ".", "",
         "| n | method | mode | ms | GFLOP | GB | FLOP/byte | GFLOP/s | GB/s | bound "
-        "| of roof | ceiling if serial | of serial bound | page-fault time "
+        "| of roof | without overlap at most | of no-overlap bound | page-fault time "
         "| of roof without it |",
         "|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
@@ -202,8 +202,8 @@ def markdown(records: Sequence[dict[str, Any]], rates: MachineRates, title: str)
             f"| {r['length']} | {r['method']} | {r['mode']} | {1e3 * r['time_s']:.1f} "
             f"| {r['gflop']:.2f} | {r['gbyte']:.3f} | {r['intensity']:.1f} "
             f"| {r['gflops']:.1f} | {r['gbs']:.2f} | {r['bound']} "
-            f"| {100 * r['roof_fraction']:.1f}% | {_percent(r.get('serial_ceiling'))} "
-            f"| {_percent(r.get('serial_fraction'))} | {_percent(r['fault_share'])} "
+            f"| {100 * r['roof_fraction']:.1f}% | {_percent(r.get('no_overlap_ceiling'))} "
+            f"| {_percent(r.get('no_overlap_fraction'))} | {_percent(r['fault_share'])} "
             f"| {_percent(r['roof_fraction_no_faults'])} |")
     return "\n".join(lines) + "\n"
 
