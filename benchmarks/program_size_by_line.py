@@ -19,7 +19,9 @@ import re
 import jax
 import jax.numpy as jnp
 
-from spectral_jax.attention import get_attention
+from spectral_jax.attention import get_attention_spec
+from spectral_jax.lra.bench import methods as methods_lib
+from spectral_jax.lra.bench.speed import benchmark_function
 
 _LOC = re.compile(r"^(#loc\d+) = loc\((.*)\)$", re.M)
 _OP = re.compile(r'= "?(stablehlo\.\w+|chlo\.\w+)')
@@ -52,12 +54,14 @@ def ops_by_line(text: str, frames: int = 3) -> collections.Counter[str]:
 def program_size(name: str, *, batch: int = 32, length: int = 128, heads: int = 2,
                  head_dim: int = 32) -> tuple[collections.Counter[str], int]:
     """(StableHLO ops by source line, optimised HLO instructions) of ``name``'s forward and
-    gradient w.r.t. q, k, v at one layer's shape."""
-    attention = get_attention(name)
-    spec = jax.ShapeDtypeStruct((batch, length, heads, head_dim), jnp.float32)
-    grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(attention(q, k, v) ** 2),
-                            argnums=(0, 1, 2)))
-    lowered = grad.lower(spec, spec, spec)
+    gradient w.r.t. q, k, v at one layer's shape: the program ``bench speed`` times, with
+    the method's default budget and its random state (features, gates, projections)."""
+    spec = get_attention_spec(name)
+    budget = spec.default(spec.budget) if spec.budget else None
+    state = methods_lib.make_state(name, jax.random.key(0), budget=budget, length=length,
+                                   head_dim=head_dim)
+    x = jax.ShapeDtypeStruct((batch, length, heads, head_dim), jnp.float32)
+    lowered = jax.jit(benchmark_function(name, "fwd_bwd", budget)).lower(x, x, x, state)
     counts = ops_by_line(lowered.as_text(debug_info=True))
     return counts, len(_HLO_INSTRUCTION.findall(lowered.compile().as_text()))
 

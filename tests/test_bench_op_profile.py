@@ -56,6 +56,9 @@ def test_program_size_charges_ops_to_the_lines_that_emit_them():
     assert any(where.startswith("attention/core/_landmarks.py") for where in counts)
     assert any(where.startswith("attention/landmark/_pinv.py") for where in counts)
     assert sum(counts.values()) > counts["?"] > 0
+    # A method with a random state (gates) is counted with it, as `bench speed` runs it.
+    gated, _ = module.program_size("gated_linear", batch=1, length=16, heads=1, head_dim=8)
+    assert any(where.startswith("attention/kernel/_gated_linear.py") for where in gated)
 
 
 def test_batched_matmuls_count_their_batch_and_contraction():
