@@ -3,7 +3,8 @@
 One module per task (`listops`, `text`, `retrieval`, `image`, `pathfinder`, `bytes_lm`,
 `mqar`), all
 returning a `Task` of fixed-shape `Split`s; `load_task` dispatches by name and
-`iterate_batches` yields fixed-shape, resumable batches. The registry (`TASKS`,
+`iterate_batches` yields fixed-shape, resumable batches (`iterate_length_buckets`: batched by
+length, each cut to its longest example). The registry (`TASKS`,
 `get_task_spec`) names each task, its title and its optional generator (`prepare_data`).
 """
 
@@ -24,6 +25,7 @@ from spectral_jax.lra.data import (  # noqa: E402
     text,
 )
 from spectral_jax.lra.data.batching import iterate_batches  # noqa: E402
+from spectral_jax.lra.data.length_buckets import iterate_length_buckets  # noqa: E402
 from spectral_jax.lra.data.registry import (  # noqa: E402
     TASKS,
     TITLES,
@@ -52,6 +54,7 @@ __all__ = [
     "get_task_spec",
     "image",
     "iterate_batches",
+    "iterate_length_buckets",
     "listops",
     "listops_generator",
     "load_task",

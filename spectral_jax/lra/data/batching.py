@@ -88,31 +88,39 @@ def iterate_batches(
     order = _epoch_order(n, 0, shuffle, seed)
     for step in range(start_step, num_batches):
         idx = order[step * batch_size:(step + 1) * batch_size]
-        yield _gather(split, idx, batch_size)
+        yield gather(split, idx, batch_size)
 
 
 def _repeating(
     split: Split, batch_size: int, shuffle: bool, seed: int, start_step: int
 ) -> Iterator[dict[str, np.ndarray]]:
-    n = len(split)
     cache: dict[int, np.ndarray] = {}
     step = start_step
     while True:
-        pos = np.arange(step * batch_size, (step + 1) * batch_size)
-        epochs = pos // n
-        idx = np.empty(batch_size, np.int64)
-        for e in np.unique(epochs).tolist():
-            if e not in cache:
-                # Only the current epoch's permutation is kept: a batch never looks back.
-                cache = {k: v for k, v in cache.items() if k >= epochs[0]}
-                cache[e] = _epoch_order(n, e, shuffle, seed)
-            sel = epochs == e
-            idx[sel] = cache[e][pos[sel] % n]
-        yield _gather(split, idx, batch_size)
+        positions = np.arange(step * batch_size, (step + 1) * batch_size)
+        yield gather(split, stream_indices(len(split), positions, shuffle, seed, cache),
+                      batch_size)
         step += 1
 
 
-def _gather(split: Split, idx: np.ndarray, batch_size: int) -> dict[str, np.ndarray]:
+def stream_indices(n: int, positions: np.ndarray, shuffle: bool, seed: int,
+                   cache: dict[int, np.ndarray]) -> np.ndarray:
+    """The examples at ``positions`` (increasing) of the endless stream of epochs, each
+    epoch in the order of ``_epoch_order``; ``cache`` keeps the current epoch's order from
+    call to call (only epochs at or after the first position's are kept)."""
+    epochs = positions // n
+    idx = np.empty(len(positions), np.int64)
+    for e in np.unique(epochs).tolist():
+        if e not in cache:
+            for old in [k for k in cache if k < epochs[0]]:
+                del cache[old]
+            cache[e] = _epoch_order(n, e, shuffle, seed)
+        sel = epochs == e
+        idx[sel] = cache[e][positions[sel] % n]
+    return idx
+
+
+def gather(split: Split, idx: np.ndarray, batch_size: int) -> dict[str, np.ndarray]:
     k = idx.shape[0]
     inputs = np.zeros((batch_size,) + split.inputs.shape[1:], np.int32)
     mask = np.zeros((batch_size,) + split.mask.shape[1:], bool)

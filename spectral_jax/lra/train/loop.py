@@ -154,10 +154,13 @@ def _train(run: run_lib.Run, state: nnx.State, meta: Meta, start_step: int,
     """Steps ``start_step + 1 .. train.steps``: log, validate, checkpoint; stop on a signal."""
     config, step_fns = run.config, run.setup.steps
     train_cfg = config.train
+    split = run.task.splits["train"]
     batches = data.iterate_batches(
-        run.task.splits["train"], train_cfg.batch_size, shuffle=True, seed=config.seed,
-        start_step=start_step, repeat=True,
-    )
+        split, train_cfg.batch_size, shuffle=True, seed=config.seed, start_step=start_step,
+        repeat=True,
+    ) if not train_cfg.bucket_multiple else data.iterate_length_buckets(
+        split, train_cfg.batch_size, multiple=train_cfg.bucket_multiple,
+        window=train_cfg.bucket_window, seed=config.seed, start_step=start_step)
     meta = dict(meta)
     window: list[dict[str, Any]] = restore_window(meta.pop(UNLOGGED_WINDOW, None))
     window_start = time.perf_counter()

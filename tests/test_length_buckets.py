@@ -1,0 +1,115 @@
+"""Length-bucketed training batches: every example once per epoch, each batch cut to its
+longest example, resumable, and a cut batch scores as the full-length one."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from spectral_jax import UsageError
+from spectral_jax.lra.data import iterate_batches, iterate_length_buckets
+from spectral_jax.lra.data.task import Split
+from spectral_jax.lra.train import distributed
+from spectral_jax.lra.train import steps as steps_lib
+from spectral_jax.lra.train.loop import train_and_evaluate
+from spectral_jax.lra.train.overrides import load_config
+from spectral_jax.lra.train.run import setup_run
+
+
+def _split(n=48, length=40, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, length + 1, n)
+    mask = np.arange(length)[None, :] < lengths[:, None]
+    inputs = np.where(mask, np.arange(n)[:, None] + 1, 0).astype(np.int32)  # row id + 1
+    return Split(inputs, mask, np.arange(n, dtype=np.int32) % 5), lengths
+
+
+def test_each_epoch_visits_every_example_once_in_batches_cut_to_their_longest():
+    split, lengths = _split()
+    batches = list(itertools.islice(
+        iterate_length_buckets(split, 4, multiple=8, window=3, seed=1), 2 * 48 // 4))
+    for epoch in (batches[:12], batches[12:]):
+        ids = np.concatenate([b["inputs"][:, 0] - 1 for b in epoch])
+        assert sorted(ids.tolist()) == list(range(48))
+    for b in batches:
+        ids = b["inputs"][:, 0] - 1
+        longest = lengths[ids].max()
+        assert b["inputs"].shape[1] == min(40, -(-longest // 8) * 8)
+        # No valid token is cut off, and the rows are the examples themselves.
+        np.testing.assert_array_equal(b["mask"].sum(1), lengths[ids])
+        np.testing.assert_array_equal(b["label"], ids % 5)
+
+
+def test_sorting_by_length_removes_most_of_the_padding():
+    split, lengths = _split(n=256)
+    cut = sum(b["mask"].size for b in itertools.islice(
+        iterate_length_buckets(split, 8, multiple=8, window=32, seed=0), 32))
+    full = sum(b["mask"].size for b in itertools.islice(
+        iterate_batches(split, 8, shuffle=True, seed=0, repeat=True), 32))
+    assert lengths.sum() <= cut < 0.7 * full
+
+
+def test_start_step_resumes_the_same_stream_and_the_seed_decides_it():
+    split, _ = _split()
+    stream = list(itertools.islice(
+        iterate_length_buckets(split, 4, multiple=8, window=3, seed=1), 20))
+    for k in (0, 2, 3, 7, 13):
+        resumed = itertools.islice(
+            iterate_length_buckets(split, 4, multiple=8, window=3, seed=1, start_step=k), 5)
+        for got, want in zip(resumed, stream[k:k + 5]):
+            for name in want:
+                np.testing.assert_array_equal(got[name], want[name])
+    other = next(iterate_length_buckets(split, 4, multiple=8, window=3, seed=2))
+    assert not np.array_equal(other["inputs"][:, 0], stream[0]["inputs"][:, 0])
+
+
+def test_bad_arguments_name_the_parameter():
+    split, _ = _split()
+    with pytest.raises(UsageError, match="multiple"):
+        next(iterate_length_buckets(split, 4, multiple=0, window=3))
+    with pytest.raises(UsageError, match="window"):
+        next(iterate_length_buckets(split, 4, multiple=8, window=0))
+
+
+def _config(data_dir, *extra):
+    cfg = load_config("lra/listops:quick,attention=softmax", [
+        f"data.dir={data_dir}", "train.steps=4", "train.batch_size=8", "train.eval_every=4",
+        "train.log_every=2", "model.num_layers=1", "model.embed_dim=16", "model.qkv_dim=16",
+        "model.mlp_dim=32", *extra])
+    cfg.data.options.max_length = cfg.model.max_length = 64
+    cfg.data.generate.update(num_train=32, num_val=8, num_test=8, min_length=8,
+                             max_length=64, max_depth=3)
+    return cfg
+
+
+def test_a_cut_batch_scores_as_the_full_length_batch(tmp_path):
+    cfg = _config(tmp_path, "model.pooling=mean")
+    task = types.SimpleNamespace(vocab_size=17, num_classes=10, max_length=64)
+    mesh = distributed.make_mesh()
+    split, lengths = _split(n=8, length=64)
+    full = iterate_batches(split, 8, shuffle=False).__next__()
+    full["inputs"] = np.where(full["mask"], full["inputs"] % 17, 0).astype(np.int32)
+    cut = {k: (v[:, :int(lengths.max())] if k in ("inputs", "mask") else v)
+           for k, v in full.items()}
+    with jax.set_mesh(mesh):
+        setup = setup_run(cfg, steps_lib.model_config(cfg, task), False, mesh)
+        got = [setup.steps.eval(setup.rng_state, setup.state, b) for b in (full, cut)]
+    for name in ("loss_sum", "correct", "count"):
+        np.testing.assert_allclose(got[1][name], got[0][name], rtol=1e-5)
+
+
+def test_training_with_buckets_runs_and_refuses_what_it_cannot_cut(tmp_path):
+    results = train_and_evaluate(_config(tmp_path / "data", "train.bucket_multiple=16"),
+                                 str(tmp_path / "run"))
+    assert results["test_examples"] == 8
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["train"]["bucket_multiple"] == 16 and config["train"]["bucket_window"] == 32
+    with pytest.raises(UsageError, match=r"train.bucket_multiple=16: attention='linformer' "
+                                         r"takes per-position parameters"):
+        train_and_evaluate(load_config("lra/listops:quick,attention=linformer", [
+            "train.bucket_multiple=16"]), str(tmp_path / "lin"))
