@@ -149,7 +149,8 @@ def _write_json(path: str, value: Any, **kwargs: Any) -> None:
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
-    """The config a run in ``workdir`` was trained with.
+    """The config a run in ``workdir`` was trained with; a train field added after the run
+    was recorded reads as the value the run had (``config_lib.RECORDED_DEFAULTS``).
 
     Raises:
         FileNotFoundError: no run in ``workdir``.
@@ -158,7 +159,12 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no run in workdir={workdir!r} ({CONFIG_FILE} is missing)")
     with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
+        recorded = json.load(f)
+    if isinstance(recorded.get("train"), dict):
+        from spectral_jax.lra.train.config_lib import RECORDED_DEFAULTS
+
+        recorded["train"] = {**RECORDED_DEFAULTS, **recorded["train"]}
+    return ml_collections.ConfigDict(recorded)
 
 
 def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | None:
