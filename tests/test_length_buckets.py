@@ -3,6 +3,7 @@ longest example, resumable, and a cut batch scores as the full-length one."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import types
@@ -13,7 +14,8 @@ import pytest
 
 from spectral_jax import UsageError
 from spectral_jax.lra.data import iterate_batches, iterate_length_buckets
-from spectral_jax.lra.data.task import Split
+from spectral_jax.lra.data.length_buckets import valid_lengths
+from spectral_jax.lra.data.task import IGNORE_INDEX, Split
 from spectral_jax.lra.train import distributed
 from spectral_jax.lra.train import steps as steps_lib
 from spectral_jax.lra.train.loop import train_and_evaluate
@@ -21,9 +23,9 @@ from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.lra.train.run import setup_run
 
 
-def _split(n=48, length=40, seed=0):
+def _split(n=48, length=40, seed=0, high=None):
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, length + 1, n)
+    lengths = rng.integers(1, (high or length) + 1, n)
     mask = np.arange(length)[None, :] < lengths[:, None]
     inputs = np.where(mask, np.arange(n)[:, None] + 1, 0).astype(np.int32)  # row id + 1
     return Split(inputs, mask, np.arange(n, dtype=np.int32) % 5), lengths
@@ -54,18 +56,39 @@ def test_sorting_by_length_removes_most_of_the_padding():
     assert lengths.sum() <= cut < 0.7 * full
 
 
-def test_start_step_resumes_the_same_stream_and_the_seed_decides_it():
-    split, _ = _split()
+@pytest.mark.parametrize("n,batch,window", [(48, 4, 3), (50, 7, 4), (13, 4, 8)])
+def test_start_step_resumes_the_same_stream_and_the_seed_decides_it(n, batch, window):
+    # (50, 7, 4): windows straddle epochs; (13, 4, 8): a window longer than an epoch.
+    split, _ = _split(n=n)
     stream = list(itertools.islice(
-        iterate_length_buckets(split, 4, multiple=8, window=3, seed=1), 20))
-    for k in (0, 2, 3, 7, 13):
-        resumed = itertools.islice(
-            iterate_length_buckets(split, 4, multiple=8, window=3, seed=1, start_step=k), 5)
+        iterate_length_buckets(split, batch, multiple=8, window=window, seed=1), 30))
+    for k in (0, 2, 3, 7, 13, 22):
+        resumed = itertools.islice(iterate_length_buckets(
+            split, batch, multiple=8, window=window, seed=1, start_step=k), 5)
         for got, want in zip(resumed, stream[k:k + 5]):
             for name in want:
                 np.testing.assert_array_equal(got[name], want[name])
-    other = next(iterate_length_buckets(split, 4, multiple=8, window=3, seed=2))
+    other = next(iterate_length_buckets(split, batch, multiple=8, window=window, seed=2))
     assert not np.array_equal(other["inputs"][:, 0], stream[0]["inputs"][:, 0])
+
+
+def test_a_window_never_holds_two_copies_of_an_example():
+    split, _ = _split(n=32)
+    for b in itertools.islice(iterate_length_buckets(split, 8, multiple=8, window=32), 8):
+        ids = b["inputs"][:, 0]
+        assert len(set(ids.tolist())) == 8
+
+
+def test_targets_and_segments_past_the_mask_are_kept():
+    split, lengths = _split(n=8, length=40)
+    targets = np.full(split.inputs.shape, IGNORE_INDEX, np.int32)
+    targets[:, 30] = 1  # a target after every example's last valid token
+    split = dataclasses.replace(split, targets=targets, segment_ids=np.zeros_like(targets),
+                                positions=np.zeros_like(targets))
+    np.testing.assert_array_equal(valid_lengths(split), np.maximum(lengths, 31))
+    for b in itertools.islice(iterate_length_buckets(split, 4, multiple=8, window=2), 2):
+        assert b["targets"].shape[1] == b["inputs"].shape[1] >= 32
+        assert (b["targets"][:, 30] == 1).all()
 
 
 def test_bad_arguments_name_the_parameter():
@@ -87,11 +110,14 @@ def _config(data_dir, *extra):
     return cfg
 
 
-def test_a_cut_batch_scores_as_the_full_length_batch(tmp_path):
-    cfg = _config(tmp_path, "model.pooling=mean")
+@pytest.mark.parametrize("attention,pooling", [
+    ("softmax", "mean"), ("nystrom", "cls"), ("gated_deltanet", "mean"),
+    ("memory_compressed", "mean")])
+def test_a_cut_batch_scores_as_the_full_length_batch(tmp_path, attention, pooling):
+    cfg = _config(tmp_path, f"model.pooling={pooling}", f"model.attention={attention}")
     task = types.SimpleNamespace(vocab_size=17, num_classes=10, max_length=64)
     mesh = distributed.make_mesh()
-    split, lengths = _split(n=8, length=64)
+    split, lengths = _split(n=8, length=64, high=40)
     full = iterate_batches(split, 8, shuffle=False).__next__()
     full["inputs"] = np.where(full["mask"], full["inputs"] % 17, 0).astype(np.int32)
     cut = {k: (v[:, :int(lengths.max())] if k in ("inputs", "mask") else v)
@@ -103,13 +129,13 @@ def test_a_cut_batch_scores_as_the_full_length_batch(tmp_path):
         np.testing.assert_allclose(got[1][name], got[0][name], rtol=1e-5)
 
 
-def test_training_with_buckets_runs_and_refuses_what_it_cannot_cut(tmp_path):
+def test_training_with_buckets_runs_and_refuses_a_split_sequence(tmp_path):
     results = train_and_evaluate(_config(tmp_path / "data", "train.bucket_multiple=16"),
                                  str(tmp_path / "run"))
     assert results["test_examples"] == 8
+    assert results["compiles"]["train"] > 1  # batches of several lengths (8-64 tokens)
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["train"]["bucket_multiple"] == 16 and config["train"]["bucket_window"] == 32
-    with pytest.raises(UsageError, match=r"train.bucket_multiple=16: attention='linformer' "
-                                         r"takes per-position parameters"):
-        train_and_evaluate(load_config("lra/listops:quick,attention=linformer", [
-            "train.bucket_multiple=16"]), str(tmp_path / "lin"))
+    with pytest.raises(UsageError, match=r"train.bucket_multiple=16 with train.mesh.seq=2"):
+        train_and_evaluate(load_config("lra/listops:quick", [
+            "train.bucket_multiple=16", "train.mesh.seq=2"]), str(tmp_path / "seq"))

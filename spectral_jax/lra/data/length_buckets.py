@@ -9,12 +9,17 @@ import numpy as np
 
 from spectral_jax import UsageError, _checks
 from spectral_jax.lra.data.batching import gather, stream_indices
-from spectral_jax.lra.data.task import PER_TOKEN, Split
+from spectral_jax.lra.data.task import IGNORE_INDEX, PER_TOKEN, Split
 
 
 def valid_lengths(split: Split) -> np.ndarray:
-    """int ``(N,)``: one past each example's last valid token (over every row of a pair)."""
+    """int ``(N,)``: one past each example's last valid token, target or segment (over every
+    row of a pair): what a cut must keep."""
     mask = split.mask.reshape(len(split), -1, split.mask.shape[-1]).any(axis=1)
+    if split.targets is not None:
+        mask = mask | (split.targets != IGNORE_INDEX)
+    if split.segment_ids is not None:
+        mask = mask | (split.segment_ids != 0)
     last = mask.shape[-1] - np.argmax(mask[:, ::-1], axis=-1)
     return np.where(mask.any(axis=-1), last, 0)
 
@@ -26,10 +31,12 @@ def iterate_length_buckets(
     """The training stream of ``iterate_batches(..., shuffle=True, repeat=True)``, batched by
     length; the order is a pure function of (seed, step).
 
-    The stream is cut into windows of ``window`` batches. A window holds the same examples
-    as those batches of the unbucketed stream (so every example is still seen once per
-    epoch); they are sorted by valid length, cut into ``window`` batches of neighbours, and
-    the batches are visited in an order drawn from (seed, window). Each batch is cut to its
+    The stream is cut into windows of ``window`` batches (at most as many as one epoch
+    fills, ``N // batch_size``, so that a window never holds two copies of an example). A
+    window holds the same examples as those batches of the unbucketed stream (so every
+    example is still seen once per epoch); they are sorted by valid length, cut into
+    ``window`` batches of neighbours, and the batches are visited in an order drawn from
+    (seed, window). Each batch is cut to its
     longest example rounded up to a multiple of ``multiple`` (at most the split's length),
     so a compiled step sees at most ⌈length / multiple⌉ shapes. About half of LRA
     ListOps' tokens are padding under one fixed length; in a bucket the padding is what the
@@ -69,6 +76,7 @@ def iterate_length_buckets(
     start_step = _checks.nonnegative_int(owner, "start_step", start_step)
     if len(split) == 0:
         raise UsageError(f"{owner}: needs a non-empty split, got N=0")
+    window = max(1, min(window, len(split) // batch_size))
     lengths = valid_lengths(split)
     full = split.mask.shape[-1]
     cache: dict[int, np.ndarray] = {}

@@ -324,7 +324,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     _checks.nonnegative_int(_OWNER, "train.redraw_features_every", train.redraw_features_every)
     model = config.model
     spec = attention_lib.get_attention_spec(model.attention)  # the name is resolved here, once
-    _check_buckets(train, spec)
+    _check_buckets(train)
     allowed = allowed_attention_kwargs(spec)
     unknown = sorted(set(model.attention_kwargs.to_dict()) - allowed)
     if unknown:
@@ -351,21 +351,12 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     warm_start.check_config(config)
 
 
-def _check_buckets(train: ml_collections.ConfigDict, spec: Any) -> None:
+def _check_buckets(train: ml_collections.ConfigDict) -> None:
     """``train.bucket_multiple`` (0: off) and ``train.bucket_window``: a bucketed batch is
-    shorter than the model's length, which a per-position array or a split sequence cannot
-    follow."""
+    shorter than the model's length, which a sequence split over devices cannot follow."""
     _checks.nonnegative_int(_OWNER, "train.bucket_multiple", train.bucket_multiple)
     _checks.positive_int(_OWNER, "train.bucket_window", train.bucket_window)
-    if not train.bucket_multiple:
-        return
-    fixed = [name for name, _, batched in spec.token_arrays if not batched]
-    if fixed:  # parameters with one entry per position (Linformer's projections)
-        raise UsageError(
-            f"train.bucket_multiple={train.bucket_multiple}: attention={spec.name!r} takes "
-            f"per-position parameters ({', '.join(fixed)}) sized to the model's length, which "
-            "a shorter batch cannot use; set train.bucket_multiple=0")
-    if train.mesh.seq > 1:
+    if train.bucket_multiple and train.mesh.seq > 1:
         raise UsageError(
             f"train.bucket_multiple={train.bucket_multiple} with train.mesh.seq="
             f"{train.mesh.seq}: a sequence split over devices needs one fixed length; set "
