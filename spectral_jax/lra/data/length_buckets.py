@@ -3,6 +3,7 @@ batch cut to its longest example, so that padding costs no compute."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import numpy as np
@@ -81,7 +82,7 @@ def iterate_length_buckets(
     full = split.mask.shape[-1]
     cache: dict[int, np.ndarray] = {}
     first = start_step // window
-    for w in range(first, np.iinfo(np.int64).max):
+    for w in itertools.count(first):
         positions = np.arange(w * window * batch_size, (w + 1) * window * batch_size)
         idx = stream_indices(len(split), positions, True, seed, cache)
         # Sorted by length (stable, so equal lengths keep the stream's order), in batches.

@@ -159,12 +159,17 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no run in workdir={workdir!r} ({CONFIG_FILE} is missing)")
     with open(path) as f:
-        recorded = json.load(f)
+        return ml_collections.ConfigDict(_with_recorded_defaults(json.load(f)))
+
+
+def _with_recorded_defaults(recorded: dict[str, Any]) -> dict[str, Any]:
+    """``recorded`` (a run's config as JSON) with each train field added after the run was
+    recorded set to the value the run had (``config_lib.RECORDED_DEFAULTS``)."""
     if isinstance(recorded.get("train"), dict):
         from spectral_jax.lra.train.config_lib import RECORDED_DEFAULTS
 
         recorded["train"] = {**RECORDED_DEFAULTS, **recorded["train"]}
-    return ml_collections.ConfigDict(recorded)
+    return recorded
 
 
 def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | None:
@@ -178,12 +183,8 @@ def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | No
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        existing = json.load(f)
+        existing = _with_recorded_defaults(json.load(f))
     wanted = json.loads(config.to_json(sort_keys=True))
-    if isinstance(existing.get("train"), dict):  # recorded before some train fields existed
-        from spectral_jax.lra.train.config_lib import RECORDED_DEFAULTS
-
-        existing["train"] = {**RECORDED_DEFAULTS, **existing["train"]}
     for recorded in (existing, wanted):
         if isinstance(recorded.get("data"), dict) and isinstance(recorded["data"].get("dir"), str):
             recorded["data"]["dir"] = os.path.realpath(recorded["data"]["dir"])
