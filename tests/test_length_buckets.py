@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import json
 import types
+import warnings
 
 import jax
 import numpy as np
@@ -18,6 +19,7 @@ from spectral_jax.lra.data.length_buckets import valid_lengths
 from spectral_jax.lra.data.task import IGNORE_INDEX, Split
 from spectral_jax.lra.train import distributed
 from spectral_jax.lra.train import steps as steps_lib
+from spectral_jax.lra.train.config_lib import validate_config
 from spectral_jax.lra.train.loop import train_and_evaluate
 from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.lra.train.run import setup_run
@@ -139,3 +141,13 @@ def test_training_with_buckets_runs_and_refuses_a_split_sequence(tmp_path):
     with pytest.raises(UsageError, match=r"train.bucket_multiple=16 with train.mesh.seq=2"):
         train_and_evaluate(load_config("lra/listops:quick", [
             "train.bucket_multiple=16", "train.mesh.seq=2"]), str(tmp_path / "seq"))
+
+
+def test_a_multiple_that_allows_many_batch_lengths_warns_with_one_that_does_not():
+    # Quick ListOps: 128 positions, so a multiple of 4 allows 32 batch lengths, 8 allows 16.
+    with pytest.warns(UserWarning, match=r"bucket_multiple=4 .* up to 32 batch lengths.* "
+                                         r"at least 8 keeps that to 16"):
+        validate_config(load_config("lra/listops:quick", ["train.bucket_multiple=4"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        validate_config(load_config("lra/listops:quick", ["train.bucket_multiple=8"]))

@@ -12,6 +12,7 @@ field the argument determines, see :data:`ARG_FIELDS`).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import ml_collections
@@ -21,6 +22,8 @@ from spectral_jax import UsageError, _checks
 from spectral_jax.lra.data.registry import TASKS, task_options
 
 PROTOCOLS = ("lra", "small", "quick")
+# More batch lengths than this under train.bucket_multiple warn: each compiles the step once.
+MAX_BUCKET_SHAPES = 16
 # Model fields a config does not carry: the method is set by build_config, and parameters stay
 # float32 (adding the field would change the config.json of every saved run).
 _NOT_CONFIG_FIELDS = ("attention", "attention_kwargs", "param_dtype")
@@ -324,7 +327,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     _checks.nonnegative_int(_OWNER, "train.redraw_features_every", train.redraw_features_every)
     model = config.model
     spec = attention_lib.get_attention_spec(model.attention)  # the name is resolved here, once
-    _check_buckets(train)
+    _check_buckets(train, model.max_length)
     allowed = allowed_attention_kwargs(spec)
     unknown = sorted(set(model.attention_kwargs.to_dict()) - allowed)
     if unknown:
@@ -351,9 +354,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     warm_start.check_config(config)
 
 
-def _check_buckets(train: ml_collections.ConfigDict) -> None:
+def _check_buckets(train: ml_collections.ConfigDict, max_length: int) -> None:
     """``train.bucket_multiple`` (0: off) and ``train.bucket_window``: a bucketed batch is
-    shorter than the model's length, which a sequence split over devices cannot follow."""
+    shorter than the model's length, which a sequence split over devices cannot follow; a
+    warning when the multiple allows more batch lengths (each compiled once) than
+    ``MAX_BUCKET_SHAPES``."""
     _checks.nonnegative_int(_OWNER, "train.bucket_multiple", train.bucket_multiple)
     _checks.positive_int(_OWNER, "train.bucket_window", train.bucket_window)
     if train.bucket_multiple and train.mesh.seq > 1:
@@ -361,6 +366,13 @@ def _check_buckets(train: ml_collections.ConfigDict) -> None:
             f"train.bucket_multiple={train.bucket_multiple} with train.mesh.seq="
             f"{train.mesh.seq}: a sequence split over devices needs one fixed length; set "
             "one of them to its default (0, 1)")
+    shapes = -(-max_length // train.bucket_multiple) if train.bucket_multiple else 1
+    if shapes > MAX_BUCKET_SHAPES:
+        warnings.warn(
+            f"train.bucket_multiple={train.bucket_multiple} with model.max_length={max_length}"
+            f" allows up to {shapes} batch lengths, and each compiles the training step once;"
+            f" a multiple of at least {-(-max_length // MAX_BUCKET_SHAPES)} keeps that to "
+            f"{MAX_BUCKET_SHAPES}.", stacklevel=2)
 
 
 def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:
