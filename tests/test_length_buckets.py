@@ -22,6 +22,7 @@ from spectral_jax.lra.train import steps as steps_lib
 from spectral_jax.lra.train.config_lib import validate_config
 from spectral_jax.lra.train.loop import train_and_evaluate
 from spectral_jax.lra.train.overrides import load_config
+from spectral_jax.lra.train.workdir import config_mismatch, write_workdir
 from spectral_jax.lra.train.run import setup_run
 
 
@@ -151,3 +152,17 @@ def test_a_multiple_that_allows_many_batch_lengths_warns_with_one_that_does_not(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         validate_config(load_config("lra/listops:quick", ["train.bucket_multiple=8"]))
+
+
+def test_bucket_window_is_part_of_a_runs_config_only_while_buckets_are_on(tmp_path):
+    base = load_config("lra/listops:quick", [])
+    write_workdir(str(tmp_path), base, overwrite=False)
+    assert config_mismatch(str(tmp_path), load_config(
+        "lra/listops:quick", ["train.bucket_window=8"])) is None
+    assert "bucket_multiple" in config_mismatch(str(tmp_path), load_config(
+        "lra/listops:quick", ["train.bucket_multiple=64", "train.bucket_window=8"]))
+    on = tmp_path / "on"
+    write_workdir(str(on), load_config("lra/listops:quick", ["train.bucket_multiple=64"]),
+                  overwrite=False)
+    assert "bucket_window" in config_mismatch(str(on), load_config(
+        "lra/listops:quick", ["train.bucket_multiple=64", "train.bucket_window=8"]))

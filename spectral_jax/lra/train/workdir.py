@@ -178,6 +178,7 @@ def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | No
     Both ``data.dir`` values are resolved (a relative one against the current directory)
     before the comparison, so a run committed with a relative ``data.dir`` resumes from the
     folder that path names, and ``data`` or ``./data`` or its absolute path are the same.
+    ``train.bucket_window`` counts only where length buckets are on in either config.
     """
     path = os.path.join(workdir, CONFIG_FILE)
     if not os.path.exists(path):
@@ -185,9 +186,14 @@ def config_mismatch(workdir: str, config: ml_collections.ConfigDict) -> str | No
     with open(path) as f:
         existing = _with_recorded_defaults(json.load(f))
     wanted = json.loads(config.to_json(sort_keys=True))
-    for recorded in (existing, wanted):
+    both = (existing, wanted)
+    for recorded in both:
         if isinstance(recorded.get("data"), dict) and isinstance(recorded["data"].get("dir"), str):
             recorded["data"]["dir"] = os.path.realpath(recorded["data"]["dir"])
+    trains = [r.get("train") for r in both]
+    if all(isinstance(t, dict) and not t.get("bucket_multiple") for t in trains):
+        for t in trains:
+            t.pop("bucket_window", None)  # unused while length buckets are off
     return None if existing == wanted else _diff(existing, wanted)
 
 
