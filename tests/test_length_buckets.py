@@ -19,7 +19,7 @@ from spectral_jax.lra.data.length_buckets import valid_lengths
 from spectral_jax.lra.data.task import IGNORE_INDEX, Split
 from spectral_jax.lra.train import distributed
 from spectral_jax.lra.train import steps as steps_lib
-from spectral_jax.lra.train.config_lib import validate_config
+from spectral_jax.lra.train.config_lib import build_config, validate_config
 from spectral_jax.lra.train.loop import train_and_evaluate
 from spectral_jax.lra.train.overrides import load_config
 from spectral_jax.lra.train.workdir import config_mismatch, write_workdir
@@ -152,6 +152,9 @@ def test_a_multiple_that_allows_many_batch_lengths_warns_with_one_that_does_not(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         validate_config(load_config("lra/listops:quick", ["train.bucket_multiple=8"]))
+        validate_config(build_config(task="listops", protocol="quick", attention="softmax",
+                                     seed=0, data={"dir": "d"}, model={},
+                                     train={"bucket_multiple": 1}))
 
 
 def test_bucket_window_is_part_of_a_runs_config_only_while_buckets_are_on(tmp_path):

@@ -2,9 +2,11 @@
 
 Restores a run's checkpoint and scores it on a split with the position table as trained,
 then replaced: by zeros, by its mean row (every position the same), by fresh rows drawn as
-a new table is initialised (normal, std 0.02: what ``train.init_from`` gives the positions
-that a shorter source run never had), and by its own rows in shuffled order. A model whose accuracy holds under all four does not use positions; the
-fresh-rows line is what a short-to-long curriculum meets past the short run's length.
+a new table is initialised (normal, std 0.02), and by its own rows in shuffled order. A
+model whose accuracy holds under all four does not use positions. ``train.init_from`` gives
+fresh rows to the positions a shorter source run never had and keeps the others; the
+fresh-rows line, where every position is fresh, is close to what the source model meets on
+a sequence many times its length (at 2,000 tokens after 128, 94% of positions are fresh).
 
 Usage:
     python benchmarks/lra_listops/position_ablation.py WORKDIR [--checkpoint best] \
@@ -35,10 +37,12 @@ def main() -> None:
     size = run.eval_batch_size
     with jax.set_mesh(run.mesh):
         model, _ = nnx.merge(run.setup.graphdef, run.setup.rng_state, state)
-        tables = [m for _, m in nnx.iter_graph(model) if hasattr(m, "position_table")]
-        if not tables:
-            raise SystemExit(f"{args.workdir}: the model has no learned position table")
-        table = tables[0].position_table
+        tables = [m.position_table for _, m in nnx.iter_graph(model)
+                  if getattr(m, "position_table", None) is not None]
+        if len(tables) != 1:
+            raise SystemExit(f"{args.workdir}: the model has {len(tables)} learned position "
+                             "tables; this script replaces exactly one")
+        table = tables[0]
         trained = table[...]
         forward = nnx.jit(lambda m, x, mask: m(x, mask, deterministic=True).argmax(-1))
 

@@ -366,13 +366,15 @@ def _check_buckets(train: ml_collections.ConfigDict, max_length: int) -> None:
             f"train.bucket_multiple={train.bucket_multiple} with train.mesh.seq="
             f"{train.mesh.seq}: a sequence split over devices needs one fixed length; set "
             "one of them to its default (0, 1)")
-    shapes = -(-max_length // train.bucket_multiple) if train.bucket_multiple else 1
+    if not train.bucket_multiple or not isinstance(max_length, int):
+        return  # off, or the task's length, known once its data is read
+    shapes = -(-max_length // train.bucket_multiple)
     if shapes > MAX_BUCKET_SHAPES:
         warnings.warn(
             f"train.bucket_multiple={train.bucket_multiple} with model.max_length={max_length}"
             f" allows up to {shapes} batch lengths, and each compiles the training step once;"
             f" a multiple of at least {-(-max_length // MAX_BUCKET_SHAPES)} keeps that to "
-            f"{MAX_BUCKET_SHAPES}.", stacklevel=2)
+            f"{MAX_BUCKET_SHAPES}.", stacklevel=3)
 
 
 def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:
