@@ -7,9 +7,13 @@ guesses for its nested operators; ...). A model that reads only the root operato
 on bucket 0 and near chance elsewhere; one that finds the root's direct arguments is also
 right on bucket 1.
 
+``--by-length`` adds a table of buckets 0-3 split by the expression's length in tokens
+(bands of equal count), to tell a model that fails on deep expressions from one that fails
+on long ones.
+
 Usage:
     python benchmarks/lra_listops/accuracy_by_depth.py WORKDIR [--checkpoint best] \
-        [--split test] [--train-rows 10000]
+        [--split test] [--train-rows 10000] [--by-length 3]
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ def main() -> None:
     parser.add_argument("--checkpoint", default="best")
     parser.add_argument("--split", default="test", choices=("validation", "test"))
     parser.add_argument("--train-rows", type=int, default=10000)
+    parser.add_argument("--by-length", type=int, default=0, metavar="BANDS",
+                        help="also split buckets 0-3 into this many length bands")
     args = parser.parse_args()
     predicted, labels, step = predictions(args.workdir, args.checkpoint, args.split)
     data_dir = Path(run_lib.workdir_lib.read_config(args.workdir).data.dir)
@@ -84,6 +90,30 @@ def main() -> None:
         sel = need == d
         if sel.any():
             print(f"| {d} | {sel.sum()} | {100 * right[sel].mean():.1f}% |")
+    if args.by_length:
+        _by_length(right, need, np.asarray(_valid_lengths(args.workdir, args.split)),
+                   args.by_length)
+
+
+def _valid_lengths(workdir: str, split: str) -> np.ndarray:
+    run, _, _ = run_lib.restore_for_evaluation(workdir, "best")
+    return np.asarray(run.task.splits[split].mask).sum(-1)
+
+
+def _by_length(right: np.ndarray, need: np.ndarray, lengths: np.ndarray, bands: int) -> None:
+    """Accuracy per (bucket 0-3, length band); bands of equal count over the split."""
+    edges = np.quantile(lengths, np.linspace(0, 1, bands + 1)).astype(int)
+    band = np.clip(np.searchsorted(edges, lengths, side="right") - 1, 0, bands - 1)
+    names = [f"{edges[b]}-{edges[b + 1]} tokens" for b in range(bands)]
+    print()
+    print("| levels the reader needs | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * bands)
+    for d in range(4):
+        cells = []
+        for b in range(bands):
+            sel = (need == d) & (band == b)
+            cells.append(f"{100 * right[sel].mean():.1f}% ({sel.sum()})" if sel.any() else "-")
+        print(f"| {d} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
