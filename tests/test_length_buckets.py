@@ -115,7 +115,7 @@ def _config(data_dir, *extra):
 
 @pytest.mark.parametrize("attention,pooling", [
     ("softmax", "mean"), ("nystrom", "cls"), ("gated_deltanet", "mean"),
-    ("memory_compressed", "mean")])
+    ("gated_deltanet", "last"), ("memory_compressed", "mean")])
 def test_a_cut_batch_scores_as_the_full_length_batch(tmp_path, attention, pooling):
     cfg = _config(tmp_path, f"model.pooling={pooling}", f"model.attention={attention}")
     task = types.SimpleNamespace(vocab_size=17, num_classes=10, max_length=64)

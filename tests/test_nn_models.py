@@ -20,6 +20,7 @@ from spectral_jax.nn import (
     SequenceClassifier,
     TransformerConfig,
     TransformerEncoder,
+    last_valid,
     masked_mean,
     sinusoidal_positions,
 )
@@ -70,6 +71,34 @@ def test_masked_mean_hand_computed():
     mask = jnp.array([[True, True, False], [True, True, True], [False, False, False]])
     expected = np.array([[2.0, 3.0], [7.0, 8.0], [0.0, 0.0]])
     np.testing.assert_array_equal(np.asarray(masked_mean(x, mask)), expected)
+
+
+def test_last_valid_hand_computed_for_any_padding_side():
+    x = jnp.arange(24.0).reshape(4, 3, 2)
+    mask = jnp.array([[True, True, False], [False, True, True], [True, False, True],
+                      [False, False, False]])
+    expected = np.array([[2.0, 3.0], [10.0, 11.0], [16.0, 17.0], [0.0, 0.0]])
+    np.testing.assert_array_equal(np.asarray(last_valid(x, mask)), expected)
+    grad = jax.grad(lambda x: last_valid(x, mask).sum())(x)
+    np.testing.assert_array_equal(np.asarray(grad.sum(-1)),
+                                  2.0 * np.asarray(mask & (jnp.cumsum(mask[:, ::-1], 1)[:, ::-1]
+                                                           == 1)))
+
+
+def test_last_pooling_of_a_causal_model_reads_the_last_valid_token_only():
+    """A causal model pooled at its last valid token: padding and the batch never change an
+    example, and its logits equal those of the same tokens with nothing after them."""
+    model = SequenceClassifier(_config("gated_deltanet", pooling="last", is_causal=True),
+                               rngs=nnx.Rngs(0))
+    ids, mask = _tokens(1, [11, 11, 16, 5])
+    junk = jax.random.randint(jax.random.key(2), ids.shape, 1, VOCAB)
+    ids = ids.at[1].set(jnp.where(mask[0], ids[0], junk[0]))  # same example, padding changed
+    logits = _logits(model, ids, mask)
+    chex.assert_trees_all_close(logits[0], logits[1], rtol=1e-5, atol=1e-6)
+    alone = _logits(model, ids[3:, :5], mask[3:, :5])
+    chex.assert_trees_all_close(alone[0], logits[3], rtol=1e-5, atol=1e-6)
+    # The real tokens do matter.
+    assert float(jnp.abs(logits[0] - logits[2]).max()) > 1e-4
 
 
 def test_sinusoidal_positions_hand_computed():

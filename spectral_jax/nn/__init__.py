@@ -22,6 +22,7 @@ from spectral_jax.nn._causal_lm import CausalLM, generate
 from spectral_jax.nn._classifier import (
     DualEncoderClassifier,
     SequenceClassifier,
+    last_valid,
     masked_mean,
 )
 from spectral_jax.nn._config import TransformerConfig
@@ -71,6 +72,7 @@ __all__ = [
     "apply_rope",
     "generate",
     "init_linformer_projection",
+    "last_valid",
     "masked_mean",
     "module_options",
     "normalise_attention_kwargs",

@@ -40,6 +40,32 @@ def masked_mean(x: Array, mask: Array) -> Array:
     return total / jnp.maximum(count, 1.0)
 
 
+def last_valid(x: Array, mask: Array) -> Array:
+    """``x`` at the last valid position of each sequence: in a causal model, the one token
+    that has read the whole sequence.
+
+    A sequence with no valid position gives zeros. Any padding side works (the last True of
+    ``mask``, wherever the padding is).
+
+    Args:
+        x: float ``(batch, length, features)``.
+        mask: bool ``(batch, length)``, True = valid.
+
+    Returns:
+        ``(batch, features)`` in float32 (float64 for float64 ``x``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> x = jnp.array([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+        >>> last_valid(x, jnp.array([[True, True, False]])).tolist()
+        [[3.0, 4.0]]
+    """
+    dtype = jnp.promote_types(x.dtype, jnp.float32)
+    index = jnp.max(jnp.where(mask, jnp.arange(mask.shape[-1]), -1), axis=-1)
+    picked = jnp.take_along_axis(x, jnp.maximum(index, 0)[:, None, None], axis=-2)[:, 0]
+    return jnp.where((index >= 0)[:, None], picked.astype(dtype), 0.0)
+
+
 def _check_config(config: TransformerConfig) -> None:
     if not isinstance(config, TransformerConfig):
         raise UsageTypeError(f"config must be a TransformerConfig, got {type(config).__name__}.")
@@ -75,16 +101,19 @@ def _pool(config: TransformerConfig, x: Array, mask: Array) -> Array:
     """(batch, length[+1], features) encoder output to float32 (batch, features)."""
     if config.pooling == "cls":
         return x[:, 0].astype(jnp.promote_types(x.dtype, jnp.float32))
+    if config.pooling == "last":
+        return last_valid(x, mask)
     return masked_mean(x, mask)
 
 
 class SequenceClassifier(nnx.Module):
-    """LRA single-sequence classifier: encoder, CLS or MEAN pooling, Dense → ReLU → Dense.
+    """LRA single-sequence classifier: encoder, CLS, MEAN or LAST pooling, Dense → ReLU → Dense.
 
     With ``pooling="cls"`` a learned CLS token is prepended and its output is pooled; with
     ``"mean"`` the output is averaged over valid tokens only (Tay et al. 2021, LRA,
     ``lra_benchmarks/models/layers/common_layers.py::classifier_head``; LRA's MEAN also
-    counts padding, we do not). The head runs in float32 so the logits and their
+    counts padding, we do not); with ``"last"`` the last valid token's output is taken, the
+    read-out of a causal model (:func:`last_valid`). The head runs in float32 so the logits and their
     log-softmax are float32 under any ``config.dtype``.
 
     Args:

@@ -17,7 +17,7 @@ from spectral_jax import _checks
 from spectral_jax.nn._attention_kwargs import normalise_attention_kwargs
 from spectral_jax.nn._rope import check_head_dim
 
-POOLINGS = ("cls", "mean")
+POOLINGS = ("cls", "mean", "last")
 POSITIONALS = ("sinusoidal", "learned", "rope", "none")
 INTERACTIONS = ("concat", "nli")
 
@@ -49,8 +49,9 @@ class TransformerConfig:
           ``{"num_landmarks": 64}`` (``(name, value)`` pairs are accepted too). Stored as
           ``(name, value)`` pairs sorted by name, so the config stays hashable and equal
           contents give equal configs; :attr:`attention_kwargs_dict` gives the mapping.
-        pooling: ``"cls"`` (prepend a learned CLS token, take its output) or ``"mean"`` (mean
-          over valid tokens only); :data:`POOLINGS`.
+        pooling: ``"cls"`` (prepend a learned CLS token, take its output), ``"mean"`` (mean
+          over valid tokens only) or ``"last"`` (the last valid token's output: with
+          ``is_causal`` the one that has read the whole sequence); :data:`POOLINGS`.
         positional: ``"sinusoidal"`` (fixed) or ``"learned"``, both added to the token
           embeddings; ``"rope"``: nothing added, queries and keys of every attention layer
           rotated by their positions (RoFormer, :func:`spectral_jax.nn.apply_rope`); ``"none"``:
@@ -88,7 +89,7 @@ class TransformerConfig:
         >>> TransformerConfig(vocab_size=10, num_classes=2, max_length=8, pooling="max")
         Traceback (most recent call last):
         ...
-        spectral_jax.UsageError: TransformerConfig: `pooling` must be one of ('cls', 'mean'); ...
+        spectral_jax.UsageError: TransformerConfig: `pooling` must be one of ('cls', 'mean', 'last'); ...
     """
 
     vocab_size: int
@@ -103,7 +104,7 @@ class TransformerConfig:
     attention_dropout_rate: float = 0.0
     attention: str = "softmax"
     attention_kwargs: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
-    pooling: Literal["cls", "mean"] = "mean"
+    pooling: Literal["cls", "mean", "last"] = "mean"
     positional: Literal["sinusoidal", "learned", "rope", "none"] = "sinusoidal"
     embed_init_std: float = 1.0
     interaction: Literal["concat", "nli"] = "concat"

@@ -384,10 +384,10 @@ def _check_causal(model: ml_collections.ConfigDict, spec: Any) -> None:
     if spec.causal_only and not causal:
         raise UsageError(
             f"attention={spec.name!r} is causal only: set model.is_causal=True (the "
-            f"lra/<task> presets do it) with model.pooling='mean'")
+            f"lra/<task> presets do it) with model.pooling='mean' or 'last'")
     if causal and not spec.supports_causal:
         raise UsageError(f"model.is_causal=True but attention={spec.name!r} has no causal form")
     if causal and model.pooling == "cls":
         raise UsageError(
             "model.is_causal=True with model.pooling='cls': the CLS token at position 0 would "
-            "see only itself; use model.pooling='mean'")
+            "see only itself; use model.pooling='mean' or 'last'")
