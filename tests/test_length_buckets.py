@@ -22,8 +22,8 @@ from spectral_jax.lra.train import steps as steps_lib
 from spectral_jax.lra.train.config_lib import build_config, validate_config
 from spectral_jax.lra.train.loop import train_and_evaluate
 from spectral_jax.lra.train.overrides import load_config
-from spectral_jax.lra.train.workdir import config_mismatch, write_workdir
 from spectral_jax.lra.train.run import setup_run
+from spectral_jax.lra.train.workdir import config_mismatch, write_workdir
 
 
 def _split(n=48, length=40, seed=0, high=None):

@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spectral_jax.lra.train import steps, workdir as workdir_lib
+from spectral_jax.lra.train import steps
+from spectral_jax.lra.train import workdir as workdir_lib
 
 
 def state_size(workdir: Path) -> int:

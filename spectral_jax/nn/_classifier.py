@@ -113,8 +113,8 @@ class SequenceClassifier(nnx.Module):
     ``"mean"`` the output is averaged over valid tokens only (Tay et al. 2021, LRA,
     ``lra_benchmarks/models/layers/common_layers.py::classifier_head``; LRA's MEAN also
     counts padding, we do not); with ``"last"`` the last valid token's output is taken, the
-    read-out of a causal model (:func:`last_valid`). The head runs in float32 so the logits and their
-    log-softmax are float32 under any ``config.dtype``.
+    read-out of a causal model (:func:`last_valid`). The head runs in float32 so the logits
+    and their log-softmax are float32 under any ``config.dtype``.
 
     Args:
         config: the model configuration.
