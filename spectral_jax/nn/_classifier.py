@@ -45,14 +45,8 @@ def last_valid(x: Array, mask: Array) -> Array:
     that has read the whole sequence.
 
     A sequence with no valid position gives zeros. Any padding side works (the last True of
-    ``mask``, wherever the padding is).
-
-    Args:
-        x: float ``(batch, length, features)``.
-        mask: bool ``(batch, length)``, True = valid.
-
-    Returns:
-        ``(batch, features)`` in float32 (float64 for float64 ``x``).
+    ``mask``, wherever the padding is). Arguments, shapes and result dtype as
+    :func:`masked_mean`.
 
     Example:
         >>> import jax.numpy as jnp
