@@ -35,8 +35,10 @@ depth_baseline = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(depth_baseline)
 
 
-def predictions(workdir: str, checkpoint: str, split: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(predicted labels, true labels, step)`` of the run's checkpoint on ``split``."""
+def predictions(workdir: str, checkpoint: str,
+                split: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """``(predicted labels, true labels, step, valid lengths)`` of the run's checkpoint on
+    ``split``."""
     run, state, step = run_lib.restore_for_evaluation(workdir, checkpoint)
     data = run.task.splits[split]
     with jax.set_mesh(run.mesh):
@@ -50,7 +52,8 @@ def predictions(workdir: str, checkpoint: str, split: str) -> tuple[np.ndarray, 
             x = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)])
             mask = np.concatenate([mask, np.zeros((pad, *mask.shape[1:]), mask.dtype)])
             out.append(np.asarray(forward(model, x, mask))[:size - pad])
-    return np.concatenate(out), np.asarray(data.labels), step
+    return (np.concatenate(out), np.asarray(data.labels), step,
+            np.asarray(data.mask).sum(-1))
 
 
 def fewest_levels(trees: list, labels: np.ndarray, guess: dict, deepest: int = 12) -> np.ndarray:
@@ -73,7 +76,7 @@ def main() -> None:
     parser.add_argument("--by-length", type=int, default=0, metavar="BANDS",
                         help="also split buckets 0-3 into this many length bands")
     args = parser.parse_args()
-    predicted, labels, step = predictions(args.workdir, args.checkpoint, args.split)
+    predicted, labels, step, lengths = predictions(args.workdir, args.checkpoint, args.split)
     data_dir = Path(run_lib.workdir_lib.read_config(args.workdir).data.dir)
     train, _ = depth_baseline.read_split(data_dir / SPLIT_FILES["train"], args.train_rows)
     guess = depth_baseline.operator_guesses(train)
@@ -91,13 +94,7 @@ def main() -> None:
         if sel.any():
             print(f"| {d} | {sel.sum()} | {100 * right[sel].mean():.1f}% |")
     if args.by_length:
-        _by_length(right, need, np.asarray(_valid_lengths(args.workdir, args.split)),
-                   args.by_length)
-
-
-def _valid_lengths(workdir: str, split: str) -> np.ndarray:
-    run, _, _ = run_lib.restore_for_evaluation(workdir, "best")
-    return np.asarray(run.task.splits[split].mask).sum(-1)
+        _by_length(right, need, lengths, args.by_length)
 
 
 def _by_length(right: np.ndarray, need: np.ndarray, lengths: np.ndarray, bands: int) -> None:
